@@ -1,0 +1,57 @@
+"""infercore: a Python inference server, drop-in compatible with Triton Inference Server.
+
+The public API is what this module exports; everything else is internal.
+"""
+
+from ._version import __version__
+from .errors import (
+    AlreadyExistsError,
+    CancelledError,
+    ErrorCode,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    TritonError,
+    UnavailableError,
+    UnknownError,
+    UnsupportedError,
+)
+from .handle import Model
+from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
+from .repository.states import ModelIndexEntry, ModelState
+from .request import InferRequest
+from .response import InferResponse, ResponseStream
+from .server import Server
+from .stats import BatchStatistics, Duration, ModelStatistics
+from .tensor import DataType, MemoryType, Tensor
+
+__all__ = [
+    "AlreadyExistsError",
+    "BatchStatistics",
+    "CancelledError",
+    "DataType",
+    "Duration",
+    "ErrorCode",
+    "InferRequest",
+    "InferResponse",
+    "InternalError",
+    "InvalidArgumentError",
+    "MemoryType",
+    "Model",
+    "ModelControlMode",
+    "ModelIndexEntry",
+    "ModelState",
+    "ModelStatistics",
+    "NotFoundError",
+    "Options",
+    "RateLimitMode",
+    "RateLimiterResource",
+    "ResponseStream",
+    "Server",
+    "Tensor",
+    "TritonError",
+    "UnavailableError",
+    "UnknownError",
+    "UnsupportedError",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Backends: the plugin interface (``base``) and the built-in backends, loaded lazily."""

@@ -1,0 +1,338 @@
+"""The "python" backend: Triton Python-backend models (``TritonPythonModel``) run in-process.
+
+    PythonBackend.auto_complete_config   imports model.py afresh, runs its auto_complete_config
+    PythonBackend.create_model           imports model.py once per model version
+    PythonModel.create_instance          TritonPythonModel() + initialize(args)
+    PythonInstance.execute(payload)      execute(requests) on the instance's backend thread
+    PythonInstance.finalize()            the model's finalize(), errors logged
+
+Threads: ``execute`` and ``finalize`` of an instance run on that instance's backend thread;
+``create_instance`` runs on the loading thread. A decoupled model may answer from threads of
+its own, through ``pb_request.InferenceResponseSender`` (which serialises each request's
+sends). Errors reach clients with Triton's wording: "Failed to process the request(s) for
+model '<instance>', message: <Type>: <text>" followed by the model's frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from ...errors import InternalError, InvalidArgumentError
+from ...payload import Payload
+from ..base import InstanceInfo, ModelContext
+from .loader import load_model_class, model_package, unload_model_class
+from .model_config_api import ModelConfig, config_to_json
+from .pb_error import python_error_text
+from .pb_request import (
+    InferenceRequest,
+    InferenceResponse,
+    _Scope,
+    register_package,
+    unregister_package,
+    use_scope,
+)
+
+__all__ = ["PythonBackend", "PythonInstance", "PythonModel"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_FILENAME = "model.py"
+
+
+def _model_file(config: model_config_pb2.ModelConfig, version_dir: Path) -> Path:
+    return Path(version_dir) / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
+
+
+def _version_of(version_dir: Path) -> int:
+    name = Path(version_dir).name
+    return int(name) if name.isdigit() else -1
+
+
+def model_config_json(config: model_config_pb2.ModelConfig) -> str:
+    """``args["model_config"]``: the config as Triton renders it in JSON (the server's
+    renderer, as the config endpoint shows it)."""
+    return config_to_json(config)
+
+
+class PythonBackend:
+    """Loads Triton Python-backend models."""
+
+    name = "python"
+    supports_batching = True
+
+    def auto_complete_config(
+        self, config: model_config_pb2.ModelConfig, model_dir: Path, version_dir: Path
+    ) -> None:
+        """Run the model class's static ``auto_complete_config`` on ``config`` (in place).
+
+        As Triton runs it in a throwaway stub, the module imported here is discarded.
+        """
+        model_dir = Path(model_dir)
+        name = config.name or model_dir.name
+        try:
+            model_class = load_model_class(
+                _model_file(config, version_dir),
+                repository=model_dir.parent,
+                module_key=f"{name}_{Path(version_dir).name}_autocomplete",
+                model_name=name,
+            )
+        except InvalidArgumentError as exc:
+            # create_model runs the same import for every version and fails each with this
+            # reason, as Triton fails the version's load; the config is left as written.
+            logger.debug("auto-complete of model '%s' skipped: %s", name, exc.message)
+            return
+        try:
+            hook = getattr(model_class, "auto_complete_config", None)
+            if hook is None:
+                return
+            scope = _Scope(name, _version_of(version_dir), Path(version_dir))
+            wrapper = ModelConfig(config)
+            with use_scope(scope):
+                try:
+                    result = hook(wrapper)
+                except (Exception, SystemExit) as exc:
+                    raise InternalError(
+                        f"auto_complete_config function in model '{name}' failed: "
+                        f"{python_error_text(exc)}"
+                    ) from exc
+            if not isinstance(result, ModelConfig):
+                raise InternalError(
+                    f"auto_complete_config function in model '{name}' must return a valid "
+                    "pb.ModelConfig object."
+                )
+            try:
+                result._sync()  # edits made through as_dict() land in the message too
+            except ValueError as exc:
+                raise InternalError(str(exc)) from exc
+            if result._proto is not config:
+                config.CopyFrom(result._proto)
+        finally:
+            unload_model_class(model_class)
+
+    def create_model(self, context: ModelContext) -> PythonModel:
+        model_class = load_model_class(
+            _model_file(context.config, context.version_dir),
+            repository=context.repository,
+            module_key=f"{context.name}_{context.version}",
+            model_name=context.name,
+        )
+        return PythonModel(context, model_class)
+
+
+class PythonModel:
+    """One loaded version of a Python model: its class, and what every instance shares."""
+
+    def __init__(self, context: ModelContext, model_class: type) -> None:
+        self._context = context
+        self._class = model_class
+        self._package = model_package(model_class)
+        self._decoupled = context.decoupled
+        self._output_names = tuple(output.name for output in context.config.output)
+        self._config_json = model_config_json(context.config)
+        self._scope = _Scope(
+            context.name, context.version, Path(context.version_dir), infer=context.infer
+        )
+        # Calls from threads the model starts find the model through its module.
+        register_package(self._package, self._scope)
+
+    @property
+    def context(self) -> ModelContext:
+        return self._context
+
+    def create_instance(self, info: InstanceInfo) -> PythonInstance:
+        """Instantiate ``TritonPythonModel`` and call its ``initialize(args)``.
+
+        Raises:
+            InternalError: the constructor or ``initialize`` raised; the message is the
+                exception's type, text and frames, as Triton reports it.
+        """
+        context = self._context
+        scope = replace(self._scope, instance_name=info.name)
+        args = {
+            "model_config": self._config_json,
+            "model_instance_kind": info.kind_name,
+            "model_instance_name": info.name,
+            "model_instance_device_id": str(info.device_id),
+            "model_repository": str(context.model_dir),
+            "model_version": str(context.version),
+            "model_name": context.name,
+        }
+        with use_scope(scope):
+            try:
+                model = self._class()
+                initialize = getattr(model, "initialize", None)
+                if initialize is not None:
+                    initialize(args)
+            except (Exception, SystemExit) as exc:
+                raise InternalError(python_error_text(exc)) from exc
+        return PythonInstance(self, model, info, scope)
+
+    def finalize(self) -> None:
+        unregister_package(self._package)
+        unload_model_class(self._class)
+
+
+class PythonInstance:
+    """One ``TritonPythonModel`` object, driven by its instance's backend thread."""
+
+    def __init__(
+        self, model: PythonModel, model_object: Any, info: InstanceInfo, scope: _Scope
+    ) -> None:
+        self._model = model
+        self._object = model_object
+        self._name = info.name
+        self._scope = scope
+        self._decoupled = model._decoupled
+        self._output_names = model._output_names
+        self._model_file = str(_model_file(model.context.config, model.context.version_dir))
+        self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute`
+
+    def execute(self, payload: Payload) -> None:
+        requests = [
+            InferenceRequest._wrap(core, self._output_names, self._decoupled)
+            for core in payload.requests
+        ]
+        payload.mark_compute_input_end()
+        with use_scope(self._scope):
+            execute = getattr(self._object, "execute", None)
+            if execute is None:
+                payload.mark_compute_output_start()
+                self._fail_all(
+                    requests,
+                    f"Python model {self._model_file} does not implement `execute` method.",
+                )
+                return
+            try:
+                result = execute(requests)
+                if inspect.iscoroutine(result):
+                    result = self._run(result)
+            except (Exception, SystemExit) as exc:
+                payload.mark_compute_output_start()
+                self._fail_all(requests, python_error_text(exc))
+                return
+            payload.mark_compute_output_start()
+            if self._decoupled:
+                if result is not None:
+                    self._fail_all(
+                        requests,
+                        f"Python model '{self._name}' is using the decoupled mode and the "
+                        "execute function must return None.",
+                    )
+                return
+            self._send_returned(requests, result)
+
+    def _send_returned(self, requests: list[InferenceRequest], result: Any) -> None:
+        """Send what a non-decoupled ``execute`` returned: one response per request."""
+        if result is None:
+            # Triton accepts None when the model answered through response senders; a
+            # request whose sender the model never took would wait forever, so it fails.
+            for request in requests:
+                sender = request._response_sender
+                if sender is None:
+                    self._fail(
+                        request,
+                        "Expected a list in the execute return, found type "
+                        f"'{type(result)}'.",
+                    )
+            return
+        if not isinstance(result, (list, tuple)):
+            self._fail_all(
+                requests, f"Expected a list in the execute return, found type '{type(result)}'."
+            )
+            return
+        if len(result) != len(requests):
+            self._fail_all(
+                requests,
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+                f"InferenceResponse(s) size is:{len(result)}",
+            )
+            return
+        for request, response in zip(requests, result, strict=True):
+            if response is None:
+                continue
+            if not isinstance(response, InferenceResponse):
+                self._fail_all(
+                    requests,
+                    "Expected an 'InferenceResponse' object in the execute function return "
+                    f"list, found type '{type(response)}'.",
+                )
+                return
+            sender = request._response_sender
+            if sender is not None and sender._used:
+                self._fail_all(
+                    requests,
+                    "Unable to send response. Non-decoupled model cannot send more than one "
+                    "response.",
+                )
+                return
+        for request, response in zip(requests, result, strict=True):
+            if response is None:
+                sender = request._response_sender
+                if sender is None or not sender._used:
+                    self._fail(
+                        request,
+                        "Expected an 'InferenceResponse' object in the execute function return "
+                        "list, found type '<class 'NoneType'>'.",
+                    )
+                continue
+            try:
+                response._send(request._core.sender, final=True)  # type: ignore[union-attr]
+            except Exception as exc:  # noqa: BLE001 - one bad response fails its request only
+                self._fail(request, python_error_text(exc, skip_frames=0))
+
+    def _error(self, text: str) -> InternalError:
+        return InternalError(
+            f"Failed to process the request(s) for model '{self._name}', message: {text}"
+        )
+
+    def _fail_all(self, requests: list[InferenceRequest], text: str) -> None:
+        logger.error(
+            "Failed to process the request(s) for model '%s', message: %s", self._name, text
+        )
+        for request in requests:
+            # One error object per request: each may be raised on a different thread.
+            request.get_response_sender()._fail(self._error(text))
+
+    def _fail(self, request: InferenceRequest, text: str) -> None:
+        logger.error(
+            "Failed to process the request(s) for model '%s', message: %s", self._name, text
+        )
+        request.get_response_sender()._fail(self._error(text))
+
+    def _run(self, coroutine: Any) -> Any:
+        """Run an ``async def execute`` to completion on this instance's event loop.
+
+        Triton leaves a decoupled model's coroutine running in the background; here it
+        completes before the next payload (responses may still come from model threads).
+        """
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coroutine)
+
+    def finalize(self) -> None:
+        finalize = getattr(self._object, "finalize", None)
+        if finalize is not None:
+            with use_scope(self._scope):
+                try:
+                    finalize()
+                except (Exception, SystemExit) as exc:
+                    logger.error(
+                        "finalize of model instance '%s' failed: %s",
+                        self._name,
+                        python_error_text(exc),
+                    )
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()

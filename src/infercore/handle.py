@@ -1,0 +1,155 @@
+"""Model: the public handle of one model (a name and a version, -1 for the latest).
+
+A handle is cheap and never stale: each call resolves the version through the server, so
+a handle for the latest version follows reloads. Inference builds an InferRequest from
+keyword arguments named as Triton's in-process API names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from .errors import InvalidArgumentError, TritonError
+from .request import InferRequest, ParameterValue
+from .response import ResponseStream
+from .stats import ModelStatistics
+from .tensor import DataType, Tensor
+
+if TYPE_CHECKING:
+    from .server import Server
+
+__all__ = ["Model"]
+
+
+class Model:
+    """One model of a running Server; get it with ``server.model(name, version)``."""
+
+    __slots__ = ("_server", "name", "version")
+
+    def __init__(self, server: Server, name: str, version: int = -1) -> None:
+        self._server = server
+        self.name = name
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"Model(name={self.name!r}, version={self.version})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Model) and other._server is self._server
+                and other.name == self.name and other.version == self.version)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.version))
+
+    # -- inference -------------------------------------------------------------------------
+    def infer(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        outputs: Sequence[str] | None = None,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        priority: int = 0,
+        timeout: int = 0,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
+        raise_on_error: bool = True,
+    ) -> ResponseStream:
+        """Start one inference; its responses arrive on the returned stream.
+
+        ``inputs`` maps input names to numpy arrays, lists, scalars, ``Tensor`` or DLPack
+        producers (lists and scalars take the configured datatype). ``outputs`` limits the
+        outputs returned. ``timeout`` is in microseconds, as in Triton's API.
+        The stream is iterable, async-iterable and awaitable (see ResponseStream).
+        Errors found on entry (unknown model, invalid inputs) raise at once.
+        """
+        loaded = self._server._resolve(self.name, self.version)
+        request = InferRequest(
+            self.name,
+            _to_tensors(inputs or {}, loaded.config),
+            model_version=self.version,
+            id=request_id,
+            requested_outputs=outputs,
+            parameters=parameters,
+            priority=priority,
+            timeout_us=timeout,
+            correlation_id=correlation_id,
+            sequence_start=sequence_start,
+            sequence_end=sequence_end,
+        )
+        return loaded.infer(request, raise_on_error=raise_on_error)
+
+    # Triton's API returns an async iterator from async_infer; our stream is one already.
+    async_infer = infer
+
+    # -- descriptions ----------------------------------------------------------------------
+    def ready(self) -> bool:
+        try:
+            self._server._resolve(self.name, self.version)
+        except TritonError:
+            return False
+        return True
+
+    def metadata(self) -> dict[str, Any]:
+        """Triton's model metadata: name, versions, platform, inputs and outputs."""
+        loaded = self._server._resolve(self.name, self.version)
+        return loaded.metadata(self._server._manager.ready_versions(self.name))
+
+    def config(self) -> dict[str, Any]:
+        """The model configuration as Triton renders it in JSON."""
+        from .config import model_config_to_json
+
+        return model_config_to_json(self._server._resolve(self.name, self.version).config)
+
+    def config_proto(self) -> model_config_pb2.ModelConfig:
+        """A copy of the model configuration protobuf (ModelConfig)."""
+        copy = model_config_pb2.ModelConfig()
+        copy.CopyFrom(self._server._resolve(self.name, self.version).config)
+        return copy
+
+    def statistics(self) -> list[ModelStatistics]:
+        """Statistics of this version, or of every ready version when the version is -1."""
+        manager = self._server._manager
+        if self.version >= 0:
+            return [self._server._resolve(self.name, self.version).stats.snapshot()]
+        versions = manager.ready_versions(self.name)
+        if not versions:
+            self._server._resolve(self.name, -1)  # raises the right not-found error
+        return [manager.get(self.name, v).stats.snapshot() for v in versions]
+
+
+def _to_tensors(inputs: Mapping[str, Any], config: model_config_pb2.ModelConfig
+                ) -> dict[str, Tensor]:
+    tensors: dict[str, Tensor] = {}
+    for name, value in inputs.items():
+        if isinstance(value, Tensor):
+            tensors[name] = value
+        elif isinstance(value, np.ndarray):
+            tensors[name] = Tensor.from_numpy(value)
+        elif hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
+            tensors[name] = Tensor.from_dlpack(value, _configured_type(config, name))
+        else:
+            data_type = _configured_type(config, name)
+            try:
+                array = (np.asarray(value, dtype=data_type.numpy_dtype)
+                         if data_type is not None and data_type is not DataType.BYTES
+                         else np.asarray(value))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"input '{name}' for model '{config.name}' cannot be converted to "
+                    f"{data_type}: {exc}"
+                ) from exc
+            tensors[name] = Tensor.from_numpy(array, data_type)
+    return tensors
+
+
+def _configured_type(config: model_config_pb2.ModelConfig, name: str) -> DataType | None:
+    for inp in config.input:
+        if inp.name == name:
+            return DataType.from_config(model_config_pb2.DataType.Name(inp.data_type))
+    return None

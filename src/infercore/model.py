@@ -1,0 +1,235 @@
+"""LoadedModel: one loaded model version: config, instances, scheduler, statistics.
+
+Threads: ``infer`` runs on callers' threads (many at once); backend threads answer the
+requests and call ``_release`` through each request's sender; the repository manager's
+thread calls ``load`` and ``unload``. ``_inflight_lock`` guards the in-flight count and
+the accepting flag; ``_drained`` is signalled when the count falls to zero, so unloading
+waits on a condition with a deadline, never a poll.
+
+Lifecycle: created -> load() -> serving -> unload() (stop admitting, drain to a deadline,
+cancel the rest, stop the scheduler, join the threads, finalize instances, then the
+backend model).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from .backends.base import Backend, BackendModel, InstanceInfo, ModelContext
+from .errors import InvalidArgumentError, UnavailableError
+from .instance import ModelInstance
+from .request import InferRequest
+from .response import ResponseSender, ResponseStream
+from .scheduling.default import DefaultScheduler
+from .stats import ModelStats
+from .tensor import DataType
+from .validation import RequestValidator
+
+__all__ = ["LoadedModel"]
+
+logger = logging.getLogger(__name__)
+
+
+class LoadedModel:
+    """A model version that can take requests once ``load()`` returns."""
+
+    def __init__(
+        self,
+        context: ModelContext,
+        backend: Backend,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.context = context
+        self.name = context.name
+        self.version = context.version
+        self.config = context.config
+        self._backend = backend
+        self._clock = clock
+        self.stats = ModelStats(self.name, self.version)
+        self._validator = RequestValidator(self.config)
+        self._backend_model: BackendModel | None = None
+        self._instances: list[ModelInstance] = []
+        self._scheduler: DefaultScheduler | None = None
+        self._inflight = 0
+        self._accepting = False
+        self._inflight_lock = threading.Lock()
+        self._drained = threading.Condition(self._inflight_lock)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def load(self) -> None:
+        """Create the backend model and every instance, then start serving.
+
+        On failure everything created so far is finalized and the error propagates.
+        """
+        self._backend_model = self._backend.create_model(self.context)
+        try:
+            infos = list(_instance_infos(self.config))
+            active = [info for info in infos if not info.passive]
+            scheduler = DefaultScheduler(
+                self.name, len(active), self._clock, self._record_failure
+            )
+            for info in infos:
+                backend_instance = self._backend_model.create_instance(info)
+                self._instances.append(
+                    ModelInstance(
+                        self.name,
+                        info,
+                        backend_instance,
+                        scheduler.next_payload,
+                        self.stats,
+                        decoupled=self.context.decoupled,
+                        clock=self._clock,
+                    )
+                )
+        except BaseException:
+            self._finalize_all()
+            raise
+        self._scheduler = scheduler
+        for instance in self._instances:
+            if not instance.info.passive:
+                instance.start()
+        with self._inflight_lock:
+            self._accepting = True
+
+    def unload(self, timeout: float = 30.0) -> None:
+        """Stop admitting, let in-flight requests finish until ``timeout``, then shut down."""
+        deadline = time.monotonic() + timeout
+        with self._inflight_lock:
+            self._accepting = False
+            while self._inflight > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._drained.wait(remaining)
+            leftover = self._inflight
+        if leftover:
+            logger.warning("model %s v%d unloading with %d requests still in flight",
+                           self.name, self.version, leftover)
+        scheduler = self._scheduler
+        if scheduler is not None:
+            scheduler.stop()
+            for instance in self._instances:
+                remaining = max(0.0, deadline - time.monotonic())
+                if not instance.join(remaining + 1.0):
+                    logger.error("instance %s of model %s did not stop in time",
+                                 instance.name, self.name)
+            scheduler.drain()
+        self._finalize_all()
+
+    def _finalize_all(self) -> None:
+        for instance in self._instances:
+            instance.finalize()
+        self._instances.clear()
+        if self._backend_model is not None:
+            try:
+                self._backend_model.finalize()
+            except Exception:
+                logger.exception("finalize of model %s v%d failed", self.name, self.version)
+            self._backend_model = None
+
+    # -- requests ----------------------------------------------------------------------
+    def infer(self, request: InferRequest, *, raise_on_error: bool = True) -> ResponseStream:
+        """Validate and enqueue ``request``; its responses arrive on the returned stream.
+
+        Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
+        """
+        request.request_start_ns = self._clock()
+        try:
+            self._validator.validate(request)
+        except InvalidArgumentError:
+            self.stats.record_failure(request, self._clock())
+            raise
+        except ValueError as exc:  # e.g. a reshape numpy cannot do
+            self.stats.record_failure(request, self._clock())
+            raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
+        stream = ResponseStream(request, raise_on_error=raise_on_error)
+        request.sender = ResponseSender(request, stream, self.name, self.version, self._release)
+        with self._inflight_lock:
+            if not self._accepting:
+                raise UnavailableError(
+                    f"Request for unknown model: '{self.name}' version {self.version} is not "
+                    "ready"
+                )
+            self._inflight += 1
+        self._scheduler.enqueue(request)  # type: ignore[union-attr]
+        return stream
+
+    def _release(self, request: InferRequest) -> None:
+        with self._inflight_lock:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.notify_all()
+
+    def _record_failure(self, request: InferRequest) -> None:
+        self.stats.record_failure(request, self._clock())
+
+    @property
+    def inflight_count(self) -> int:
+        return self._inflight
+
+    @property
+    def instances(self) -> list[ModelInstance]:
+        return list(self._instances)
+
+    # -- descriptions ------------------------------------------------------------------
+    def metadata(self, versions: list[int]) -> dict[str, Any]:
+        """Triton's model metadata JSON (KServe v2)."""
+        batching = self.config.max_batch_size > 0
+        return {
+            "name": self.name,
+            "versions": [str(v) for v in versions],
+            "platform": self.config.platform or self.config.backend,
+            "inputs": [_tensor_metadata(t, batching) for t in self.config.input],
+            "outputs": [_tensor_metadata(t, batching) for t in self.config.output],
+        }
+
+
+def _tensor_metadata(tensor: Any, batching: bool) -> dict[str, Any]:
+    dims = [int(d) for d in tensor.dims]
+    return {
+        "name": tensor.name,
+        "datatype": DataType.from_config(
+            model_config_pb2.DataType.Name(tensor.data_type)
+        ).value,
+        "shape": ([-1] + dims) if batching else dims,
+    }
+
+
+def _instance_infos(config: model_config_pb2.ModelConfig) -> list[InstanceInfo]:
+    """One InstanceInfo per instance, named as Triton names them ("<group>_<index>")."""
+    infos = []
+    for group in config.instance_group:
+        kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
+        devices = list(group.gpus) if kind == "KIND_GPU" else [0]
+        secondary = tuple(
+            (model_config_pb2.ModelInstanceGroup.SecondaryDevice.SecondaryDeviceKind.Name(
+                d.kind), int(d.device_id))
+            for d in group.secondary_devices
+        )
+        index = 0
+        for device in devices:
+            for _ in range(group.count):
+                infos.append(
+                    InstanceInfo(
+                        name=f"{group.name}_{index}",
+                        group_name=group.name,
+                        index=index,
+                        kind=kind,
+                        device_id=int(device),
+                        passive=bool(group.passive),
+                        profiles=tuple(group.profile),
+                        secondary_devices=secondary,
+                        host_policy=group.host_policy,
+                    )
+                )
+                index += 1
+    if not infos:
+        raise InvalidArgumentError(f"model '{config.name}' has no model instances")
+    return infos

@@ -1,0 +1,74 @@
+"""Server options, named as Triton's in-process API names them (``tritonserver.Options``)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InvalidArgumentError
+
+__all__ = ["ModelControlMode", "Options", "RateLimitMode", "RateLimiterResource"]
+
+
+class ModelControlMode(str, enum.Enum):
+    NONE = "none"
+    POLL = "poll"
+    EXPLICIT = "explicit"
+
+
+class RateLimitMode(str, enum.Enum):
+    OFF = "off"
+    EXEC_COUNT = "execution_count"
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimiterResource:
+    name: str
+    count: int
+    device: int = -1  # -1: a global resource
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Everything a Server is started with. Validated at construction.
+
+    ``exit_timeout`` is in seconds, as tritonserver's ``--exit-timeout-secs``.
+    """
+
+    model_repository: str | Path | Sequence[str | Path] = ()
+    server_id: str = "triton"
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    startup_models: Sequence[str] = ()
+    strict_model_config: bool = False
+    model_config_name: str = ""
+    exit_on_error: bool = True
+    strict_readiness: bool = True
+    exit_timeout: int = 30
+    model_load_thread_count: int = 4
+    rate_limiter_mode: RateLimitMode = RateLimitMode.OFF
+    rate_limiter_resources: Sequence[RateLimiterResource] = ()
+    backend_configuration: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    log_verbose: int = 0
+    log_info: bool = True
+    log_warn: bool = True
+    log_error: bool = True
+
+    def __post_init__(self) -> None:
+        repositories = self.model_repository
+        if isinstance(repositories, (str, Path)):
+            repositories = (repositories,)
+        object.__setattr__(self, "model_repository", tuple(Path(p) for p in repositories))
+        object.__setattr__(self, "model_control_mode", ModelControlMode(self.model_control_mode))
+        object.__setattr__(self, "rate_limiter_mode", RateLimitMode(self.rate_limiter_mode))
+        if self.exit_timeout < 0:
+            raise InvalidArgumentError("exit_timeout must be >= 0 seconds")
+        if self.model_load_thread_count < 1:
+            raise InvalidArgumentError("model_load_thread_count must be >= 1")
+        if self.log_verbose < 0:
+            raise InvalidArgumentError("log_verbose must be >= 0")
+
+    @property
+    def repositories(self) -> tuple[Path, ...]:
+        return self.model_repository  # type: ignore[return-value]

@@ -1,0 +1,288 @@
+"""The on-disk layout of model repositories: models, versions and version policies.
+
+A repository is a directory; each direct subdirectory is a model; each subdirectory of a
+model whose name is a version number holds that version's files:
+
+    <repository>/<model>/config.pbtxt
+    <repository>/<model>/<version>/<default_model_filename>
+
+Everything here reads the filesystem and returns values; nothing is loaded or cached. The
+repository manager builds on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from tritonclient.grpc import model_config_pb2
+
+from infercore.errors import InvalidArgumentError
+
+__all__ = [
+    "DUPLICATE_MODEL_REASON",
+    "ModelSource",
+    "check_model_name",
+    "directory_fingerprint",
+    "list_versions",
+    "model_file_path",
+    "no_version_reason",
+    "resolve_inside",
+    "scan_repositories",
+    "select_versions",
+    "version_dir",
+]
+
+# Triton's MODEL_READY_REASON_DUPLICATE: the index reason for a model name that is found in
+# more than one repository (such a model is never loaded).
+DUPLICATE_MODEL_REASON = "model appears in two or more repositories"
+
+# Largest version Triton can represent (versions are int64 there).
+_MAX_VERSION = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """Where one model lives: its name, its folder and the repository holding it."""
+
+    name: str
+    path: Path
+    repository: Path
+
+
+def check_model_name(name: str) -> None:
+    """Reject a model name that could not be a directory of a repository.
+
+    Raises:
+        InvalidArgumentError: the name is empty, blank, or contains '/', '\\', '..' or NUL.
+    """
+    if not name:
+        raise InvalidArgumentError("model name must not be empty")
+    if not name.strip(" \t\n\v\f\r"):
+        raise InvalidArgumentError("model name must not contain only whitespace characters")
+    if "\0" in name:
+        raise InvalidArgumentError(
+            f"invalid model name {name!r}, model name must not contain NUL characters"
+        )
+    if ".." in name or "/" in name or "\\" in name:
+        raise InvalidArgumentError(
+            f"invalid model name '{name}', model name must not contain path traversal characters"
+        )
+
+
+def scan_repositories(
+    repositories: Sequence[Path | str],
+) -> tuple[dict[str, ModelSource], dict[str, str]]:
+    """Find the models of every repository.
+
+    Returns ``(models, problems)``: ``models`` maps each model name to its source, sorted by
+    name; ``problems`` maps a name found in more than one repository to
+    ``DUPLICATE_MODEL_REASON`` (such a name is left out of ``models``). Plain files and
+    hidden directories (names starting with '.') are not models. A directory listed twice
+    (even spelled differently) is scanned once.
+
+    Raises:
+        InvalidArgumentError: a repository does not exist, is not a directory or can't be
+            listed.
+    """
+    roots: list[Path] = []
+    seen_roots: set[Path] = set()
+    for repository in repositories:
+        root = Path(repository)
+        try:
+            is_dir = stat.S_ISDIR(root.stat().st_mode)
+        except OSError as exc:
+            raise InvalidArgumentError(f"failed to stat file {root}") from exc
+        if not is_dir:
+            raise InvalidArgumentError(f"repository path is not a valid directory: {root}")
+        real = root.resolve()
+        if real not in seen_roots:
+            seen_roots.add(real)
+            roots.append(root)
+
+    found: dict[str, list[ModelSource]] = {}
+    for root in roots:
+        for name in _subdirectories(root):
+            if name.startswith("."):
+                continue
+            found.setdefault(name, []).append(ModelSource(name, root / name, root))
+
+    models: dict[str, ModelSource] = {}
+    problems: dict[str, str] = {}
+    for name in sorted(found):
+        sources = found[name]
+        if len(sources) == 1:
+            models[name] = sources[0]
+        else:
+            problems[name] = DUPLICATE_MODEL_REASON
+    return models, problems
+
+
+def _subdirectories(path: Path) -> list[str]:
+    """Names of the entries of ``path`` that are directories (symlinks followed), sorted."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError as exc:
+        raise InvalidArgumentError(f"failed to open directory {path}") from exc
+    names = []
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=True):
+                names.append(entry.name)
+        except OSError:
+            continue  # vanished or unreadable: not a model folder
+    return sorted(names)
+
+
+def _parse_version(name: str) -> int | None:
+    """The version a directory name stands for, or None when it is not a version folder.
+
+    Triton skips names with leading zeros ("007"; "0" alone is version 0) and names that
+    are not numbers. Only plain ASCII digits count here: Triton's std::stoll would also
+    take "+3", "-1", " 4" or "5abc", which no one means as a version.
+    """
+    if not name.isascii() or not name.isdigit():
+        return None
+    if len(name) > 1 and name[0] == "0":
+        return None
+    version = int(name)
+    return version if version <= _MAX_VERSION else None
+
+
+def list_versions(model_dir: Path) -> list[int]:
+    """The version numbers present under a model folder, ascending.
+
+    Raises:
+        InvalidArgumentError: the model folder can't be listed.
+    """
+    versions = {v for v in map(_parse_version, _subdirectories(Path(model_dir))) if v is not None}
+    return sorted(versions)
+
+
+def select_versions(
+    available: Sequence[int],
+    policy: model_config_pb2.ModelVersionPolicy,
+    *,
+    model_name: str,
+) -> tuple[list[int], dict[int, str]]:
+    """Apply a model's version_policy to the versions on disk.
+
+    Returns ``(selected, problems)``: the versions to load, ascending, and for each version
+    a ``specific`` policy names that is not on disk, Triton's reason. An unset policy acts
+    as ``latest { num_versions: 1 }``. An empty ``selected`` means the model can't load;
+    report it with ``no_version_reason``.
+    """
+    present = set(available)
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "specific":
+        selected: set[int] = set()
+        problems: dict[int, str] = {}
+        for version in policy.specific.versions:
+            if version in present:
+                selected.add(version)
+            else:
+                problems[version] = (
+                    f"version {version} is specified for model '{model_name}', "
+                    "but the version directory is not present"
+                )
+        return sorted(selected), problems
+    if choice == "all":
+        return sorted(present), {}
+    num_versions = policy.latest.num_versions if choice == "latest" else 1
+    if num_versions <= 0:
+        return [], {}
+    return sorted(present)[-num_versions:], {}
+
+
+def no_version_reason(model_name: str) -> str:
+    """Triton's error text for a model whose version policy selects no version."""
+    return (
+        f"at least one version must be available under the version policy of model '{model_name}'"
+    )
+
+
+def version_dir(model_dir: Path, version: int) -> Path:
+    """The folder of one version of a model."""
+    return Path(model_dir) / str(version)
+
+
+def model_file_path(model_dir: Path, version: int, default_model_filename: str) -> Path:
+    """``<model_dir>/<version>/<default_model_filename>``, not resolved.
+
+    Raises:
+        InvalidArgumentError: the file name is absolute or steps out with '..'.
+    """
+    relative = PurePath(default_model_filename)
+    if not default_model_filename or relative.is_absolute() or ".." in relative.parts:
+        raise InvalidArgumentError(
+            f"invalid default_model_filename '{default_model_filename}': "
+            "expected a file name inside the version directory"
+        )
+    return version_dir(model_dir, version) / relative
+
+
+def resolve_inside(base: Path, relative: str) -> Path:
+    """Resolve ``relative`` under ``base`` (symlinks followed), refusing to leave ``base``.
+
+    The result need not exist. This keeps model files outside the repository from ever
+    being opened or imported, whether a path says '../' or a symlink points away.
+
+    Raises:
+        InvalidArgumentError: ``relative`` is absolute, or the resolved path is outside
+            ``base``.
+    """
+    if PurePath(relative).is_absolute():
+        raise InvalidArgumentError(
+            f"invalid path '{relative}': an absolute path is not allowed, "
+            f"it must be relative to '{base}'"
+        )
+    real_base = Path(base).resolve()
+    resolved = (real_base / relative).resolve()
+    if not resolved.is_relative_to(real_base):
+        raise InvalidArgumentError(
+            f"invalid path '{relative}': it resolves to '{resolved}', "
+            f"which is outside '{real_base}'"
+        )
+    return resolved
+
+
+def directory_fingerprint(model_dir: Path) -> int:
+    """A number that changes when any file under ``model_dir`` changes.
+
+    It hashes the relative path of every directory and file, and each file's size and
+    modification time (the later of mtime and ctime, as Triton's poller uses, so a file
+    moved in with an old mtime still counts). ``__pycache__`` folders are skipped: Python
+    writes them while importing a model. Symlinks are followed. Entries that vanish during
+    the walk are skipped; a missing folder has the fingerprint of an empty one.
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    root = Path(model_dir)
+    visited: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        # Symlinked folders are followed (a version folder may be a link), once each, so a
+        # link cycle ends the walk instead of looping.
+        real = os.path.realpath(dirpath)
+        if real in visited:
+            dirnames[:] = []
+            continue
+        visited.add(real)
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        current = Path(dirpath)
+        rel_dir = current.relative_to(root).as_posix()
+        digest.update(f"d:{rel_dir}\0".encode("utf-8", "surrogateescape"))
+        for filename in sorted(filenames):
+            path = current / filename
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            changed_ns = max(st.st_mtime_ns, st.st_ctime_ns)
+            rel = path.relative_to(root).as_posix()
+            digest.update(
+                f"f:{rel}\0{changed_ns}\0{st.st_size}\0".encode("utf-8", "surrogateescape")
+            )
+    return int.from_bytes(digest.digest(), "big")

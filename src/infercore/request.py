@@ -1,0 +1,127 @@
+"""InferRequest: what one inference asks for, and what the engine learns while serving it.
+
+A request is built by a caller (the in-process API or a frontend), validated by its model,
+queued by a scheduler and executed by an instance's backend thread. Its fields are written
+by one thread at a time, in that order, so they need no lock; the cancel flag is the one
+field written from any thread, and it is a plain bool set once (idempotent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .response import ResponseSender
+
+__all__ = ["InferRequest", "ParameterValue"]
+
+ParameterValue = str | int | float | bool
+
+
+class InferRequest:
+    """One inference request.
+
+    Backends read ``inputs`` (name -> Tensor, already validated and reshaped to the
+    model's view), ``requested_outputs`` (None means every output), ``parameters``,
+    ``id``, ``correlation_id``, ``sequence_start``/``sequence_end``, ``batch_size`` and
+    ``is_cancelled()``, and answer through ``sender``.
+    """
+
+    __slots__ = (
+        "model_name",
+        "model_version",
+        "id",
+        "inputs",
+        "requested_outputs",
+        "parameters",
+        "priority",
+        "timeout_us",
+        "correlation_id",
+        "sequence_start",
+        "sequence_end",
+        "batch_size",
+        "sender",
+        "cancelled",
+        "_cancel_hooks",
+        # timestamps in monotonic ns, at Triton's statistics points
+        "request_start_ns",
+        "queue_start_ns",
+        "compute_start_ns",
+        "compute_input_end_ns",
+        "compute_output_start_ns",
+        "compute_end_ns",
+    )
+
+    def __init__(
+        self,
+        model_name: str,
+        inputs: Mapping[str, Tensor],
+        *,
+        model_version: int = -1,
+        id: str = "",
+        requested_outputs: Sequence[str] | None = None,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        priority: int = 0,
+        timeout_us: int = 0,
+        correlation_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
+    ) -> None:
+        self.model_name = model_name
+        self.model_version = model_version
+        self.id = id
+        self.inputs: dict[str, Tensor] = dict(inputs)
+        self.requested_outputs: tuple[str, ...] | None = (
+            None if requested_outputs is None else tuple(requested_outputs)
+        )
+        self.parameters: dict[str, ParameterValue] = dict(parameters) if parameters else {}
+        self.priority = priority
+        self.timeout_us = timeout_us
+        self.correlation_id = correlation_id
+        self.sequence_start = sequence_start
+        self.sequence_end = sequence_end
+        self.batch_size = 0
+        self.sender: ResponseSender | None = None
+        self.cancelled = False
+        self._cancel_hooks: list[Callable[[], Any]] | None = None
+        self.request_start_ns = 0
+        self.queue_start_ns = 0
+        self.compute_start_ns = 0
+        self.compute_input_end_ns = 0
+        self.compute_output_start_ns = 0
+        self.compute_end_ns = 0
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def cancel(self) -> None:
+        """Set the cancel flag (idempotent) and run the hooks of whoever holds the request."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        hooks = self._cancel_hooks
+        if hooks:
+            self._cancel_hooks = None
+            for hook in hooks:
+                hook()
+
+    def on_cancel(self, hook: Callable[[], Any]) -> None:
+        """Call ``hook`` when the request is cancelled (at once if it already is)."""
+        if self.cancelled:
+            hook()
+            return
+        if self._cancel_hooks is None:
+            self._cancel_hooks = []
+        self._cancel_hooks.append(hook)
+
+    def wants_output(self, name: str) -> bool:
+        return self.requested_outputs is None or name in self.requested_outputs
+
+    def __repr__(self) -> str:
+        return (
+            f"InferRequest(model={self.model_name!r}, version={self.model_version}, "
+            f"id={self.id!r})"
+        )

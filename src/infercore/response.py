@@ -1,0 +1,327 @@
+"""Responses, and the one bridge between the engine's threads and its callers.
+
+Threads: a backend thread (or a scheduler thread, for requests failed in the queue) calls
+``ResponseSender.send``; exactly one consumer reads the ``ResponseStream``, either a sync
+caller blocked in ``__next__``/``result()`` or an asyncio task in ``__anext__``/``await``.
+``ResponseStream._lock`` guards ``_items``, ``_done`` and the two waiter slots; nothing is
+done under it but swapping those fields. A sync consumer parks on a private lock that the
+producer releases; an async consumer parks on a future that the producer resolves with
+``loop.call_soon_threadsafe``. So one response costs one thread wake-up, never a poll.
+
+Stream states: open -> done (final response or final flag received). Items queued before
+``done`` are still handed out after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from typing import Any
+
+from .errors import CancelledError, InternalError, TritonError
+from .request import InferRequest, ParameterValue
+from .tensor import Tensor
+
+__all__ = ["InferResponse", "ResponseSender", "ResponseStream"]
+
+_allocate_lock = threading.Lock
+
+
+class InferResponse:
+    """One response of a request: outputs or an error, and whether it is the last one."""
+
+    __slots__ = ("model", "model_version", "request_id", "outputs", "parameters", "error",
+                 "final")
+
+    def __init__(
+        self,
+        model: str,
+        model_version: int,
+        request_id: str = "",
+        outputs: dict[str, Tensor] | None = None,
+        parameters: dict[str, ParameterValue] | None = None,
+        error: TritonError | None = None,
+        final: bool = True,
+    ) -> None:
+        self.model = model
+        self.model_version = model_version
+        self.request_id = request_id
+        self.outputs: dict[str, Tensor] = outputs if outputs is not None else {}
+        self.parameters: dict[str, ParameterValue] = parameters if parameters is not None else {}
+        self.error = error
+        self.final = final
+
+    def __repr__(self) -> str:
+        extra = f", error={type(self.error).__name__}" if self.error is not None else ""
+        return (
+            f"InferResponse(model={self.model!r}, version={self.model_version}, "
+            f"final={self.final}{extra})"
+        )
+
+
+class ResponseStream:
+    """The responses of one request, as they arrive.
+
+    Iterate it (``for``/``async for``), await it, or call ``result()``: awaiting and
+    ``result()`` give the last response (the only one, for a model that is not
+    decoupled). With ``raise_on_error`` (the default, as Triton's API) an error response
+    raises its typed error instead of being returned. ``cancel()`` cancels the request;
+    cancelling the task that awaits or iterates the stream does the same.
+    """
+
+    __slots__ = ("_request", "_raise_on_error", "_lock", "_items", "_done", "_waiter",
+                 "_future", "__weakref__")
+
+    def __init__(self, request: InferRequest, *, raise_on_error: bool = True) -> None:
+        self._request = request
+        self._raise_on_error = raise_on_error
+        self._lock = _allocate_lock()
+        self._items: deque[InferResponse] = deque()
+        self._done = False
+        self._waiter: Any = None  # a held lock a sync consumer parks on
+        self._future: asyncio.Future[None] | None = None
+
+    # -- producer side (any thread) ----------------------------------------------------
+    def _push(self, response: InferResponse | None, final: bool) -> None:
+        with self._lock:
+            if self._done:
+                return
+            if response is not None:
+                self._items.append(response)
+            if final:
+                self._done = True
+            waiter, self._waiter = self._waiter, None
+            future, self._future = self._future, None
+        if waiter is not None:
+            waiter.release()
+        if future is not None:
+            try:
+                future.get_loop().call_soon_threadsafe(_wake, future)
+            except RuntimeError:  # the consumer's loop is closed: nobody is waiting
+                pass
+
+    # -- consumer side -----------------------------------------------------------------
+    @property
+    def request(self) -> InferRequest:
+        return self._request
+
+    @property
+    def done(self) -> bool:
+        """True once the final response has arrived (some may still be unread)."""
+        return self._done
+
+    def cancel(self) -> None:
+        """Cancel the request: dropped if still queued, flagged if executing. Idempotent."""
+        if not self._done:
+            self._request.cancel()
+
+    def _take(self) -> InferResponse:
+        response = self._items.popleft()
+        if self._raise_on_error and response.error is not None:
+            raise response.error
+        return response
+
+    def __iter__(self) -> Iterator[InferResponse]:
+        return self
+
+    def __next__(self) -> InferResponse:
+        response = self._next(None)
+        if response is None:
+            raise StopIteration
+        return response
+
+    def _next(self, deadline: float | None) -> InferResponse | None:
+        """The next response, None at the end; TimeoutError past ``deadline``."""
+        lock = self._lock
+        while True:
+            with lock:
+                if self._items:
+                    return self._take()
+                if self._done:
+                    return None
+                waiter = _allocate_lock()
+                waiter.acquire()
+                self._waiter = waiter
+            if deadline is None:
+                waiter.acquire()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not waiter.acquire(timeout=remaining):
+                    with lock:
+                        if self._waiter is waiter:
+                            self._waiter = None
+                    if not self._items and not self._done:
+                        raise TimeoutError("timed out waiting for a response")
+
+    def result(self, timeout: float | None = None) -> InferResponse | None:
+        """Block until the final response; return the last response (None if there was none).
+
+        ``timeout`` in seconds raises TimeoutError when it passes; the request goes on
+        (call ``cancel()`` to stop it).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = None
+        while True:
+            response = self._next(deadline)
+            if response is None:
+                return last
+            last = response
+
+    def __aiter__(self) -> AsyncIterator[InferResponse]:
+        return self
+
+    async def __anext__(self) -> InferResponse:
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._take()
+                if self._done:
+                    raise StopAsyncIteration
+                future = asyncio.get_running_loop().create_future()
+                self._future = future
+            try:
+                await future
+            except asyncio.CancelledError:
+                with self._lock:
+                    if self._future is future:
+                        self._future = None  # the loop may close; never wake it later
+                self.cancel()
+                raise
+
+    async def _last(self) -> InferResponse | None:
+        last = None
+        async for response in self:
+            last = response
+        return last
+
+    def __await__(self) -> Generator[Any, None, InferResponse | None]:
+        return self._last().__await__()
+
+    def __repr__(self) -> str:
+        return f"ResponseStream(model={self._request.model_name!r}, done={self._done})"
+
+
+_BARE_FINAL = object()  # a held final flag without a response
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class ResponseSender:
+    """What a backend answers a request through, from any thread.
+
+    Each ``send`` delivers one response; the one with ``final=True`` closes the sender.
+    Outputs the request did not ask for are dropped here, so backends may return all.
+    """
+
+    __slots__ = ("_request", "_stream", "_model", "_version", "_closed", "failed",
+                 "_on_close", "_hold", "_held")
+
+    def __init__(
+        self,
+        request: InferRequest,
+        stream: ResponseStream,
+        model: str,
+        version: int,
+        on_close: Callable[[InferRequest], None] | None = None,
+    ) -> None:
+        self._request = request
+        self._stream = stream
+        self._model = model
+        self._version = version
+        self._closed = False
+        self.failed = False  # an error response was sent
+        self._on_close = on_close
+        # While held, a final response waits in _held until release_held(): the instance
+        # records statistics first, so a caller that sees its response also sees its stats.
+        self._hold = False
+        self._held: Any = None  # InferResponse, _BARE_FINAL or None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(
+        self,
+        outputs: Mapping[str, Tensor] | None = None,
+        *,
+        parameters: Mapping[str, ParameterValue] | None = None,
+        error: TritonError | None = None,
+        final: bool = True,
+    ) -> None:
+        """Send one response (outputs or error); ``final`` closes the request's stream."""
+        if self._closed:
+            raise InternalError(
+                f"response sender of request '{self._request.id}' for model "
+                f"'{self._model}' is closed: the final response was already sent"
+            )
+        if final:
+            self._closed = True
+        request = self._request
+        wanted = request.requested_outputs
+        if outputs is None:
+            chosen: dict[str, Tensor] = {}
+        elif wanted is None:
+            chosen = dict(outputs)
+        else:
+            chosen = {name: tensor for name, tensor in outputs.items() if name in wanted}
+        if error is not None:
+            self.failed = True
+        response = InferResponse(
+            self._model,
+            self._version,
+            request.id,
+            chosen,
+            dict(parameters) if parameters else None,
+            error,
+            final,
+        )
+        if final and self._hold:
+            self._held = response
+            return
+        self._stream._push(response, final)
+        if final and self._on_close is not None:
+            self._on_close(request)
+
+    def hold(self) -> None:
+        """Keep the final response back until ``release_held`` (set before execution)."""
+        self._hold = True
+
+    def release_held(self) -> None:
+        """Deliver a held final response, if any, and stop holding."""
+        self._hold = False
+        response, self._held = self._held, None
+        if response is not None:
+            self._stream._push(None if response is _BARE_FINAL else response, True)
+            if self._on_close is not None:
+                self._on_close(self._request)
+
+    def send_error(self, error: TritonError, *, final: bool = True) -> None:
+        self.send(error=error, final=final)
+
+    def close(self) -> None:
+        """End the stream without a response (decoupled models' bare final flag)."""
+        if self._closed:
+            raise InternalError(
+                f"response sender of request '{self._request.id}' for model "
+                f"'{self._model}' is closed: the final response was already sent"
+            )
+        self._closed = True
+        if self._hold:
+            self._held = _BARE_FINAL  # release_held() ends the stream
+            return
+        self._stream._push(None, True)
+        if self._on_close is not None:
+            self._on_close(self._request)
+
+    def cancel_if_open(self) -> None:
+        """Answer CancelledError unless the final response was already sent."""
+        if not self._closed:
+            self.send_error(
+                CancelledError(f"request for model '{self._model}' was cancelled")
+            )

@@ -1,0 +1,1 @@
+"""Schedulers: how a model version's requests become payloads for its instances."""

@@ -1,0 +1,187 @@
+"""Server: the in-process inference server (start, stop, models, inference).
+
+Threads: ``start`` and ``stop`` run on the caller's thread (model loading fans out on the
+repository manager's pool); ``infer`` and the lookups run on any thread at once. The async
+twins (``astart``, ``astop``, ``async with``) run the blocking work in a worker thread so
+an event loop stays responsive while models load.
+
+States: created -> started (models loaded as the control mode says) -> stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from types import TracebackType
+from typing import Any
+
+from ._version import __version__
+from .errors import InternalError, InvalidArgumentError, UnavailableError
+from .handle import Model
+from .model import LoadedModel
+from .options import ModelControlMode, Options
+from .repository.manager import RepositoryManager
+from .repository.states import ModelIndexEntry, ModelState
+from .request import InferRequest
+from .response import ResponseStream
+
+__all__ = ["Server"]
+
+logger = logging.getLogger(__name__)
+
+# Triton protocol extensions this server implements.
+_EXTENSIONS = ("model_configuration", "parameters", "statistics")
+
+
+class Server:
+    """An inference server running in this process.
+
+    ``Server(Options(model_repository=...))`` or ``Server(model_repository=...)``; then
+    ``start()`` (or ``with``/``async with``). Inference: ``server.model("m").infer(...)``.
+    """
+
+    def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
+        if options is not None and kwargs:
+            raise InvalidArgumentError("pass either an Options object or keyword options")
+        self.options = options if options is not None else Options(**kwargs)
+        self._manager = RepositoryManager(
+            self.options.repositories,
+            infer=self.infer,
+            strict_model_config=self.options.strict_model_config,
+            model_config_name=self.options.model_config_name,
+            backend_configuration=self.options.backend_configuration,
+            load_thread_count=self.options.model_load_thread_count,
+        )
+        self._state_lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else "started" if self._started else "created"
+        return f"Server(repositories={[str(p) for p in self.options.repositories]}, {state})"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, *, wait_until_ready: bool = False) -> Server:
+        """Load the models (all of them, or the startup models in explicit mode).
+
+        Loading completes before this returns, so ``wait_until_ready`` (Triton's flag) is
+        accepted for compatibility. With ``exit_on_error`` a model that fails to load stops
+        the server and raises, as Triton does; otherwise it is left UNAVAILABLE with its
+        reason in ``repository_index()``.
+        """
+        with self._state_lock:
+            if self._started:
+                raise InvalidArgumentError("server is already started")
+            if self._stopped:
+                raise InvalidArgumentError("a stopped server cannot be started again")
+            self._started = True
+        if not self.options.repositories:
+            raise InvalidArgumentError("at least one model repository must be given")
+        mode = self.options.model_control_mode
+        if mode is ModelControlMode.EXPLICIT:
+            names = list(self.options.startup_models)
+            if "*" in names:
+                failures = self._manager.load_all()
+            else:
+                self._manager.scan()
+                failures = self._manager.load_all(names) if names else {}
+        else:
+            failures = self._manager.load_all()
+        if failures and self.options.exit_on_error:
+            self.stop()
+            reasons = "; ".join(f"{name}: {reason}" for name, reason in sorted(failures.items()))
+            raise InternalError(f"failed to load all models: {reasons}")
+        return self
+
+    def stop(self) -> None:
+        """Stop admitting requests, let in-flight ones finish (``exit_timeout``), unload."""
+        with self._state_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._manager.unload_all(timeout=float(self.options.exit_timeout))
+
+    async def astart(self, *, wait_until_ready: bool = False) -> Server:
+        return await asyncio.to_thread(self.start, wait_until_ready=wait_until_ready)
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Server:
+        return await self.astart()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.astop()
+
+    # -- health and descriptions -----------------------------------------------------------
+    def live(self) -> bool:
+        return self._started and not self._stopped
+
+    def ready(self) -> bool:
+        """Live, and (with strict readiness) every model found is READY."""
+        if not self.live():
+            return False
+        if not self.options.strict_readiness:
+            return True
+        return all(entry.state is ModelState.READY for entry in self._manager.index()
+                   if not entry.name_only)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.options.server_id,
+            "version": __version__,
+            "extensions": list(_EXTENSIONS),
+        }
+
+    def model(self, name: str, version: int = -1) -> Model:
+        """A handle on a model; ``version`` -1 means the latest ready version."""
+        return Model(self, name, int(version))
+
+    def models(self, exclude_not_ready: bool = False) -> dict[tuple[str, int], Model]:
+        """Handles of every model version the server knows, keyed by (name, version)."""
+        found: dict[tuple[str, int], Model] = {}
+        for entry in self._manager.index():
+            if exclude_not_ready and entry.state is not ModelState.READY:
+                continue
+            version = int(entry.version) if entry.version else -1
+            found[(entry.name, version)] = Model(self, entry.name, version)
+        return found
+
+    def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
+        """Every model and version found, with its state and the reason for that state."""
+        return self._manager.index(ready_only=ready_only)
+
+    # -- inference -------------------------------------------------------------------------
+    def infer(self, request: InferRequest, *, raise_on_error: bool = True) -> ResponseStream:
+        """Run a request built by the caller (frontends do this); see ``Model.infer``."""
+        loaded = self._resolve(request.model_name, request.model_version)
+        return loaded.infer(request, raise_on_error=raise_on_error)
+
+    def _resolve(self, name: str, version: int) -> LoadedModel:
+        if not self._started or self._stopped:
+            raise UnavailableError("server is not running")
+        return self._manager.get(name, version)
+
+    # -- model control ---------------------------------------------------------------------
+    def load(self, name: str) -> Model:
+        """Load (or reload) a model from the repositories; raises its load error."""
+        self._require_running()
+        self._manager.load(name)
+        return Model(self, name)
+
+    def unload(self, name: str) -> None:
+        self._require_running()
+        self._manager.unload(name, timeout=float(self.options.exit_timeout))
+
+    def _require_running(self) -> None:
+        if not self.live():
+            raise UnavailableError("server is not running")
