@@ -2,9 +2,11 @@
 
 Threads: the loading thread creates the instance (the backend's initialize runs there)
 and starts its thread; the backend thread, named ``infercore-<model>-<instance>``, loops
-``next_payload -> execute -> record -> release`` until the scheduler returns None; the
-unloading thread joins it and then finalizes the backend instance. Nothing here is
-shared between threads except through the scheduler and the requests' senders.
+``next_payload -> execute -> record -> release`` until the scheduler returns None; a
+caller blocked on its own result may execute one payload on an idle instance (see
+scheduling/default.py); the unloading thread joins the backend thread and finalizes the
+backend instance. ``busy`` is held for each execution and for finalize, so an instance
+runs one payload at a time, whichever thread runs it, and is never finalized mid-payload.
 
 For a model that is not decoupled, each request's final response is held back by its
 sender until the execution's statistics are recorded, then released: a caller that has
@@ -49,7 +51,12 @@ class ModelInstance:
         self._decoupled = decoupled
         self._clock = clock
         self._thread: threading.Thread | None = None
+        self.busy = threading.Lock()
         self.execution_count = 0
+        # Moving average of execute durations (ns, weight 1/8): lets the scheduler judge
+        # whether running a payload on an event loop's thread would stall that loop.
+        # Unknown (-1) until the first execution, and unknown counts as long.
+        self.recent_execute_ns = -1
 
     @property
     def name(self) -> str:
@@ -72,22 +79,33 @@ class ModelInstance:
         thread.join(timeout)
         return not thread.is_alive()
 
-    def finalize(self) -> None:
+    def finalize(self, timeout: float = 30.0) -> None:
+        """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
+        acquired = self.busy.acquire(timeout=timeout)
+        if not acquired:
+            logger.error("instance %s of model %s is still executing; finalizing anyway",
+                         self.info.name, self.model_name)
         try:
             self._backend.finalize()
         except Exception:
             logger.exception("finalize of instance %s of model %s failed", self.info.name,
                              self.model_name)
+        finally:
+            if acquired:
+                self.busy.release()
 
     def _run(self) -> None:
         next_payload = self._next_payload
+        busy = self.busy
         while True:
             payload = next_payload()
             if payload is None:
                 return
-            self._execute(payload)
+            with busy:
+                self.execute(payload)
 
-    def _execute(self, payload: Payload) -> None:
+    def execute(self, payload: Payload) -> None:
+        """Run one payload on this instance (the caller holds ``busy``), record, release."""
         requests = payload.requests
         hold = not self._decoupled
         if hold:
@@ -100,6 +118,9 @@ class ModelInstance:
         except Exception as exc:
             self._fail_open_requests(payload, exc)
         end = clock()
+        recent = self.recent_execute_ns
+        self.recent_execute_ns = (end - start if recent < 0
+                                  else recent + ((end - start - recent) >> 3))
         input_end = payload.compute_input_end_ns or start
         output_start = payload.compute_output_start_ns or end
         for request in requests:

@@ -92,9 +92,11 @@ class LoadedModel:
             self._finalize_all()
             raise
         self._scheduler = scheduler
-        for instance in self._instances:
-            if not instance.info.passive:
-                instance.start()
+        active_instances = [i for i in self._instances if not i.info.passive]
+        # GPU instances keep their own threads (a thread's current device is per thread).
+        scheduler.attach([i for i in active_instances if i.info.kind != "KIND_GPU"])
+        for instance in active_instances:
+            instance.start()
         with self._inflight_lock:
             self._accepting = True
 
@@ -150,6 +152,7 @@ class LoadedModel:
             self.stats.record_failure(request, self._clock())
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
         stream = ResponseStream(request, raise_on_error=raise_on_error)
+        stream._runner = self._scheduler
         request.sender = ResponseSender(request, stream, self.name, self.version, self._release)
         with self._inflight_lock:
             if not self._accepting:

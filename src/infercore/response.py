@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import CancelledError, InternalError, TritonError
 from .request import InferRequest, ParameterValue
@@ -28,6 +28,12 @@ from .tensor import Tensor
 __all__ = ["InferResponse", "ResponseSender", "ResponseStream"]
 
 _allocate_lock = threading.Lock
+
+
+class InlineRunner(Protocol):
+    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
+        """Execute the still-queued request on the calling thread; False if it cannot."""
+        ...
 
 
 class InferResponse:
@@ -73,7 +79,7 @@ class ResponseStream:
     """
 
     __slots__ = ("_request", "_raise_on_error", "_lock", "_items", "_done", "_waiter",
-                 "_future", "__weakref__")
+                 "_future", "_runner", "__weakref__")
 
     def __init__(self, request: InferRequest, *, raise_on_error: bool = True) -> None:
         self._request = request
@@ -83,6 +89,8 @@ class ResponseStream:
         self._done = False
         self._waiter: Any = None  # a held lock a sync consumer parks on
         self._future: asyncio.Future[None] | None = None
+        # Set by the model when a blocked sync consumer may run the request itself.
+        self._runner: InlineRunner | None = None
 
     # -- producer side (any thread) ----------------------------------------------------
     def _push(self, response: InferResponse | None, final: bool) -> None:
@@ -142,6 +150,14 @@ class ResponseStream:
                     return self._take()
                 if self._done:
                     return None
+                runner, self._runner = self._runner, None
+            if runner is not None and deadline is None and runner.run_inline(self._request):
+                continue  # executed on this thread; its responses are queued
+            with lock:
+                if self._items:
+                    return self._take()
+                if self._done:
+                    return None
                 waiter = _allocate_lock()
                 waiter.acquire()
                 self._waiter = waiter
@@ -175,6 +191,14 @@ class ResponseStream:
 
     async def __anext__(self) -> InferResponse:
         while True:
+            with self._lock:
+                if self._items:
+                    return self._take()
+                if self._done:
+                    raise StopAsyncIteration
+                runner, self._runner = self._runner, None
+            if runner is not None and runner.run_inline(self._request, on_loop=True):
+                continue  # a short execution ran on this loop's thread
             with self._lock:
                 if self._items:
                     return self._take()

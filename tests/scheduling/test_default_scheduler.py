@@ -224,16 +224,17 @@ def test_drain_of_an_empty_queue_does_nothing():
     assert scheduler.queued_count() == 0
 
 
-def test_drain_answers_a_cancelled_leftover_with_unavailable():
+def test_cancel_answers_a_queued_request_at_once_and_drain_skips_it():
     scheduler, failed = _scheduler()
     request, stream = _request("a")
     scheduler.enqueue(request)
     request.cancel()
-    scheduler.stop()
-    scheduler.drain()
+    assert scheduler.queued_count() == 0
     responses = list(stream)
     assert len(responses) == 1
-    assert isinstance(responses[0].error, UnavailableError)
+    assert isinstance(responses[0].error, CancelledError)
+    scheduler.stop()
+    scheduler.drain()
     assert failed == [request]
 
 

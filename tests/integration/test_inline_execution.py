@@ -1,0 +1,111 @@
+"""Caller-runs: a blocked caller executes its request on an idle instance, on its own thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from infercore import Server
+
+WHO_RUNS_ME_CONFIG = """
+name: "who"
+backend: "python"
+parameters: { key: "sleep_s" value: { string_value: "%s" } }
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "THREAD", data_type: TYPE_STRING, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+WHO_RUNS_ME_PY = """
+import json
+import threading
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.sleep_s = float(config["parameters"]["sleep_s"]["string_value"])
+
+    def execute(self, requests):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        name = threading.current_thread().name.encode()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("THREAD",
+                np.array([name], dtype=np.object_))]) for _ in requests]
+"""
+
+X = {"X": np.array([1], np.int32)}
+
+
+def _thread_of(response) -> str:
+    return response.outputs["THREAD"].to_bytes_array()[0].decode()
+
+
+@pytest.fixture
+def who(repo):
+    def build(sleep_s: float = 0.0) -> Server:
+        repo.add_model("who", config=WHO_RUNS_ME_CONFIG % sleep_s, model_py=WHO_RUNS_ME_PY)
+        return Server(model_repository=repo.path)
+    return build
+
+
+def test_blocking_sync_caller_runs_its_request_on_an_idle_instance(who):
+    with who() as server:
+        model = server.model("who")
+        me = threading.current_thread().name
+        assert _thread_of(model.infer(inputs=X).result()) == me
+        assert _thread_of(next(iter(model.infer(inputs=X)))) == me
+
+
+def test_a_caller_with_a_timeout_leaves_execution_to_the_instance_thread(who):
+    with who() as server:
+        response = server.model("who").infer(inputs=X).result(timeout=10)
+        assert _thread_of(response) == "infercore-who-who_0_0"
+
+
+def test_a_busy_instance_is_not_borrowed(who):
+    with who() as server:
+        loaded = server._manager.get("who")
+        instance = loaded.instances[0]
+        with instance.busy:  # as if a payload were executing on it
+            stream = server.model("who").infer(inputs=X)
+            assert not loaded._scheduler.run_inline(stream.request)
+        # Once free, the instance thread (or a blocked caller) runs it.
+        assert _thread_of(stream.result()) in ("infercore-who-who_0_0",
+                                               threading.current_thread().name)
+
+
+async def test_event_loop_runs_only_short_executions_inline(who):
+    async with who() as server:
+        model = server.model("who")
+        loop_thread = threading.current_thread().name
+        first = _thread_of(await model.async_infer(inputs=X))
+        assert first == "infercore-who-who_0_0"  # unknown duration: never on the loop
+        later = [_thread_of(await model.async_infer(inputs=X)) for _ in range(5)]
+        assert later[-1] == loop_thread
+
+
+async def test_event_loop_never_runs_slow_executions_inline(who):
+    async with who(sleep_s=0.002) as server:
+        model = server.model("who")
+        threads = {_thread_of(await model.async_infer(inputs=X)) for _ in range(5)}
+        assert threads == {"infercore-who-who_0_0"}
+        # The loop stayed free while the model ran: a concurrent task made progress.
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.ensure_future(tick())
+        await model.async_infer(inputs=X)
+        ticker.cancel()
+        assert ticks > 1
