@@ -5,8 +5,10 @@
 Each round times every call with perf_counter_ns and takes the median; the reported figure
 is the median over rounds. "direct" runs the model's computation (np.add + np.subtract on
 two FP32 [1,16] arrays) in the caller; "sync" is ``model.infer(...).result()``; "async" is
-``await model.async_infer(...)`` in one asyncio task. Overhead = mode - direct. Everything
-runs in one process in one invocation, so the ratios are comparable on a noisy machine.
+``await model.async_infer(...)`` in one asyncio task; "sync, via instance thread" is
+``result(timeout=60)``, which never runs inline, so each request crosses threads twice.
+Overhead = mode - direct. Everything runs in one process in one invocation, so the ratios
+are comparable on a noisy machine.
 """
 
 from __future__ import annotations
@@ -46,12 +48,13 @@ def bench_direct(a: np.ndarray, b: np.ndarray, calls: int) -> float:
     return _median_ns(samples)
 
 
-def bench_sync(model: infercore.Model, inputs: dict, calls: int) -> float:
+def bench_sync(model: infercore.Model, inputs: dict, calls: int,
+               timeout: float | None = None) -> float:
     clock = time.perf_counter_ns
     samples = []
     for _ in range(calls):
         start = clock()
-        model.infer(inputs=inputs).result()
+        model.infer(inputs=inputs).result(timeout)
         samples.append(clock() - start)
     return _median_ns(samples)
 
@@ -74,7 +77,7 @@ def run(calls: int, rounds: int) -> dict[str, float]:
     a = np.random.default_rng(0).random((1, 16), dtype=np.float32)
     b = np.random.default_rng(1).random((1, 16), dtype=np.float32)
     inputs = {"INPUT0": a, "INPUT1": b}
-    results: dict[str, list[float]] = {"direct": [], "sync": [], "async": []}
+    results: dict[str, list[float]] = {"direct": [], "sync": [], "async": [], "threaded": []}
     with infercore.Server(model_repository=EXAMPLES) as server:
         model = server.model("add_sub")
         for _ in range(1000):  # warm up caches and the allocator
@@ -84,6 +87,7 @@ def run(calls: int, rounds: int) -> dict[str, float]:
             results["direct"].append(bench_direct(a, b, calls))
             results["sync"].append(bench_sync(model, inputs, calls))
             results["async"].append(bench_async(model, inputs, calls))
+            results["threaded"].append(bench_sync(model, inputs, calls, timeout=60.0))
     return {mode: statistics.median(values) for mode, values in results.items()}
 
 
@@ -100,14 +104,19 @@ def render(figures: dict[str, float], command: str, calls: int, rounds: int) -> 
         "| mode | median per request (µs) | overhead over direct (µs) |",
         "|---|---:|---:|",
     ]
-    for mode in ("direct", "sync", "async"):
+    labels = {"direct": "direct", "sync": "sync", "async": "async",
+              "threaded": "sync, via instance thread"}
+    for mode, label in labels.items():
         value = figures[mode]
         overhead = "" if mode == "direct" else f"{(value - direct) / 1000:.1f}"
-        lines.append(f"| {mode} | {value / 1000:.1f} | {overhead} |")
+        lines.append(f"| {label} | {value / 1000:.1f} | {overhead} |")
     lines += [
         "",
-        "direct: `np.add` + `np.subtract` in the caller. sync: `model.infer(...).result()`. "
-        "async: `await model.async_infer(...)`. Each request crosses threads twice "
+        "direct: `np.add` + `np.subtract` in the caller. sync: `model.infer(...).result()`, "
+        "run inline by the blocked caller on the idle instance (no thread crossing). async: "
+        "`await model.async_infer(...)`, run inline on the loop's thread once the model's "
+        "recent executions are known to be short. sync, via instance thread: "
+        "`result(timeout=60)`, which never runs inline: the request crosses threads twice "
         "(caller -> instance thread -> caller).",
         MARK_END,
     ]
