@@ -54,6 +54,8 @@ class Options:
     log_info: bool = True
     log_warn: bool = True
     log_error: bool = True
+    log_file: str = ""
+    log_format: str = "default"
 
     def __post_init__(self) -> None:
         repositories = self.model_repository

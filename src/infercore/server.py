@@ -11,20 +11,25 @@ States: created -> started (models loaded as the control mode says) -> stopped.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 from ._version import __version__
 from .errors import InternalError, InvalidArgumentError, UnavailableError
 from .handle import Model
+from .logs import LogSettings, LogSettingsManager
 from .model import LoadedModel
 from .options import ModelControlMode, Options
 from .repository.manager import RepositoryManager
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
 from .response import ResponseStream
+from .stats import ModelStatistics
+from .tracing import TraceSettingsStore
 
 __all__ = ["Server"]
 
@@ -56,6 +61,15 @@ class Server:
         self._state_lock = threading.Lock()
         self._started = False
         self._stopped = False
+        self._logs = LogSettingsManager(LogSettings(
+            log_info=self.options.log_info,
+            log_warning=self.options.log_warn,
+            log_error=self.options.log_error,
+            log_verbose_level=self.options.log_verbose,
+            log_file=self.options.log_file,
+            log_format=self.options.log_format,
+        ))
+        self._traces = TraceSettingsStore()
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "started" if self._started else "created"
@@ -101,6 +115,7 @@ class Server:
                 return
             self._stopped = True
         self._manager.unload_all(timeout=float(self.options.exit_timeout))
+        self._logs.close()
 
     async def astart(self, *, wait_until_ready: bool = False) -> Server:
         return await asyncio.to_thread(self.start, wait_until_ready=wait_until_ready)
@@ -172,15 +187,59 @@ class Server:
         return self._manager.get(name, version)
 
     # -- model control ---------------------------------------------------------------------
-    def load(self, name: str) -> Model:
-        """Load (or reload) a model from the repositories; raises its load error."""
+    def load(self, name: str, config: str | Mapping[str, Any] | None = None) -> Model:
+        """Load (or reload) a model from the repositories; raises its load error.
+
+        ``config`` (Triton's JSON form, as a string or a dict) replaces the model's
+        config.pbtxt for this load.
+        """
         self._require_running()
-        self._manager.load(name)
+        override = None
+        if config is not None:
+            from .config import model_config_from_json
+
+            if isinstance(config, str):
+                try:
+                    config = json.loads(config)
+                except ValueError as exc:
+                    raise InvalidArgumentError(
+                        f"failed to parse the config override of model '{name}': {exc}"
+                    ) from exc
+            if not isinstance(config, Mapping):
+                raise InvalidArgumentError(
+                    f"the config override of model '{name}' must be a JSON object"
+                )
+            override = model_config_from_json(dict(config))
+        self._manager.load(name, override)
         return Model(self, name)
+
+    def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]:
+        """Statistics of one model's versions, or of every ready model when name is ""."""
+        if name:
+            return self.model(name, version).statistics()
+        snapshots = [model.stats.snapshot() for model in self._manager.loaded()]
+        return sorted(snapshots, key=lambda s: (s.name, s.version))
 
     def unload(self, name: str) -> None:
         self._require_running()
         self._manager.unload(name, timeout=float(self.options.exit_timeout))
+
+    # -- settings ----------------------------------------------------------------------------
+    def log_settings(self) -> dict[str, Any]:
+        """Triton's logging settings (log_file, log_info, ..., log_format)."""
+        return self._logs.settings.to_dict()
+
+    def update_log_settings(self, **changes: Any) -> dict[str, Any]:
+        """Change logging at runtime with Triton's setting names; returns the new settings."""
+        return self._logs.update(changes).to_dict()
+
+    def trace_settings(self, model: str = "") -> dict[str, Any]:
+        """Trace settings in force for ``model`` (global ones for "")."""
+        return self._traces.get(model)
+
+    def update_trace_settings(self, model: str = "", **changes: Any) -> dict[str, Any]:
+        """Change trace settings, globally or for one model (None clears an override)."""
+        return self._traces.update(changes, model)
 
     def _require_running(self) -> None:
         if not self.live():

@@ -253,3 +253,32 @@ def test_model_file_outside_the_repository_is_never_imported(repo, add_sub_sourc
 def test_model_states_enum_is_public(add_sub_repo):
     with Server(model_repository=add_sub_repo.path) as server:
         assert all(e.state is ModelState.READY for e in server.repository_index())
+
+
+def test_load_with_a_config_override_replaces_config_pbtxt(add_sub_repo):
+    with Server(model_repository=add_sub_repo.path) as server:
+        config = server.model("add_sub").config()
+        config["max_batch_size"] = 2
+        server.load("add_sub", config=config)
+        assert server.model("add_sub").config()["max_batch_size"] == 2
+        a = np.ones((3, 4), np.float32)
+        from infercore import InvalidArgumentError
+
+        with pytest.raises(InvalidArgumentError, match="batch-size must be <= 2"):
+            server.model("add_sub").infer(inputs={"INPUT0": a, "INPUT1": a})
+        with pytest.raises(InvalidArgumentError, match="config override"):
+            server.load("add_sub", config="{not json")
+        with pytest.raises(InvalidArgumentError):
+            server.load("add_sub", config={"max_batch_size": "lots"})
+        assert _infer_add_sub(server).error is None  # the last good version still serves
+
+
+def test_server_statistics_cover_every_ready_model(add_sub_repo, add_sub_source):
+    config, model_py = add_sub_source
+    add_sub_repo.add_model("add_sub_copy", config=config.replace('"add_sub"', '"add_sub_copy"'),
+                           model_py=model_py)
+    with Server(model_repository=add_sub_repo.path) as server:
+        _infer_add_sub(server)
+        names = [(s.name, s.version, s.inference_count) for s in server.statistics()]
+        assert names == [("add_sub", 1, 1), ("add_sub_copy", 1, 0)]
+        assert [s.name for s in server.statistics("add_sub_copy")] == ["add_sub_copy"]

@@ -140,10 +140,11 @@ class RepositoryManager:
             return exc.message
         return None
 
-    def load(self, name: str) -> None:
+    def load(self, name: str, config: model_config_pb2.ModelConfig | None = None) -> None:
         """Load (or reload) every version of ``name`` its version policy selects.
 
-        Raises the load error; the states record it per version as well.
+        ``config`` overrides the model's config.pbtxt (Triton's load with a config
+        override). Raises the load error; the states record it per version as well.
         """
         source = self._sources.get(name)
         if source is None:
@@ -153,7 +154,7 @@ class RepositoryManager:
                 raise NotFoundError(f"failed to load '{name}', failed to poll from model "
                                     "repository")
         try:
-            config, backend, versions = self._prepare(source)
+            config, backend, versions = self._prepare(source, config)
         except TritonError as exc:
             self.states.set(name, -1, ModelState.UNAVAILABLE, exc.message)
             logger.error("failed to load %s: %s", name, exc.message)
@@ -196,13 +197,17 @@ class RepositoryManager:
             raise first_error
 
     def _prepare(
-        self, source: ModelSource
+        self, source: ModelSource, override: model_config_pb2.ModelConfig | None = None
     ) -> tuple[model_config_pb2.ModelConfig, Backend, list[int]]:
         name = source.name
         available = list_versions(source.path)
-        config = model_config.read_model_config(
-            source.path, model_name=name, config_name=self._config_name
-        )
+        if override is not None:
+            config: model_config_pb2.ModelConfig | None = model_config_pb2.ModelConfig()
+            config.CopyFrom(override)  # type: ignore[union-attr]
+        else:
+            config = model_config.read_model_config(
+                source.path, model_name=name, config_name=self._config_name
+            )
         if config is None:
             if self._strict:
                 raise InvalidArgumentError(
