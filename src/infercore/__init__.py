@@ -23,7 +23,7 @@ from .request import InferRequest
 from .response import InferResponse, ResponseStream
 from .server import Server
 from .stats import BatchStatistics, Duration, ModelStatistics
-from .tensor import DataType, MemoryType, Tensor
+from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
 
 __all__ = [
     "AlreadyExistsError",
@@ -54,4 +54,6 @@ __all__ = [
     "UnknownError",
     "UnsupportedError",
     "__version__",
+    "deserialize_bytes_tensor",
+    "serialize_bytes_tensor",
 ]

@@ -112,6 +112,10 @@ class Model:
         copy.CopyFrom(self._server._resolve(self.name, self.version).config)
         return copy
 
+    def labels(self, output_name: str) -> list[str]:
+        """The classification labels of an output (its config label_filename), or []."""
+        return list(self._server._resolve(self.name, self.version).labels.get(output_name, []))
+
     def statistics(self) -> list[ModelStatistics]:
         """Statistics of this version, or of every ready version when the version is -1."""
         manager = self._server._manager

@@ -61,6 +61,7 @@ class LoadedModel:
         self._accepting = False
         self._inflight_lock = threading.Lock()
         self._drained = threading.Condition(self._inflight_lock)
+        self.labels: dict[str, list[str]] = {}  # output name -> classification labels
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -68,6 +69,7 @@ class LoadedModel:
 
         On failure everything created so far is finalized and the error propagates.
         """
+        self.labels = _read_labels(self.context)
         self._backend_model = self._backend.create_model(self.context)
         try:
             infos = list(_instance_infos(self.config))
@@ -192,6 +194,28 @@ class LoadedModel:
             "inputs": [_tensor_metadata(t, batching) for t in self.config.input],
             "outputs": [_tensor_metadata(t, batching) for t in self.config.output],
         }
+
+
+def _read_labels(context: ModelContext) -> dict[str, list[str]]:
+    """Each output's classification labels, from its label_filename in the model folder."""
+    labels: dict[str, list[str]] = {}
+    for output in context.config.output:
+        if not output.label_filename:
+            continue
+        path = (context.model_dir / output.label_filename).resolve()
+        if not path.is_relative_to(context.model_dir.resolve()):
+            raise InvalidArgumentError(
+                f"label file '{output.label_filename}' of output '{output.name}' of model "
+                f"'{context.name}' is outside the model directory"
+            )
+        try:
+            labels[output.name] = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"failed to read label file '{output.label_filename}' of model "
+                f"'{context.name}': {exc.strerror}"
+            ) from exc
+    return labels
 
 
 def _tensor_metadata(tensor: Any, batching: bool) -> dict[str, Any]:
