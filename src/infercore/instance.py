@@ -1,12 +1,16 @@
-"""ModelInstance: one instance of a model version and the backend thread that runs it.
+"""Model instances and the backend threads that run them.
 
-Threads: the loading thread creates the instance (the backend's initialize runs there)
-and starts its thread; the backend thread, named ``infercore-<model>-<instance>``, loops
-``next_payload -> execute -> record -> release`` until the scheduler returns None; a
-caller blocked on its own result may execute one payload on an idle instance (see
-scheduling/default.py); the unloading thread joins the backend thread and finalizes the
-backend instance. ``busy`` is held for each execution and for finalize, so an instance
-runs one payload at a time, whichever thread runs it, and is never finalized mid-payload.
+Threads: the loading thread creates each ModelInstance (the backend's initialize runs
+there) and starts the BackendThreads; a BackendThread, named ``infercore-<model>-<instance>``
+(or ``...-device<id>`` when a device-blocking backend shares one thread among a device's
+instances), loops ``next_payload -> reserve -> execute -> record -> release`` until the
+scheduler returns None; a caller blocked on its own result may reserve an idle instance
+and execute one payload itself (see scheduling/default.py); the unloading thread joins the
+BackendThreads and finalizes the instances.
+
+Reservation = the instance's ``busy`` lock plus its resources from the rate limiter: an
+instance runs one payload at a time whichever thread runs it, only while its resources
+are free, and is never finalized mid-payload (finalize takes ``busy`` too).
 
 For a model that is not decoupled, each request's final response is held back by its
 sender until the execution's statistics are recorded, then released: a caller that has
@@ -16,41 +20,52 @@ its response also sees it counted.
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from .backends.base import BackendInstance, InstanceInfo
-from .errors import InternalError, TritonError
+from .errors import InternalError, InvalidArgumentError, TritonError
 from .payload import Payload
+from .rate_limiter import RateLimiter, ResourceAsk
 from .stats import ModelStats
 
-__all__ = ["ModelInstance"]
+__all__ = ["BackendThread", "ModelInstance", "cpu_cores_of"]
 
 logger = logging.getLogger(__name__)
 
+# Longest recent execute time (ns) for which an event loop's thread runs a request inline.
+INLINE_ON_LOOP_MAX_NS = 50_000
+
+_NO_LIMITS = RateLimiter()
+
 
 class ModelInstance:
-    """An instance of a model version, owning its backend instance and its thread."""
+    """An instance of a model version: its backend instance, reservation and statistics."""
 
     def __init__(
         self,
         model_name: str,
         info: InstanceInfo,
         backend_instance: BackendInstance,
-        next_payload: Callable[[], Payload | None],
         stats: ModelStats,
         *,
         decoupled: bool,
         clock: Callable[[], int],
+        rate_limiter: RateLimiter = _NO_LIMITS,
+        resources: ResourceAsk = ResourceAsk(()),
+        inline_allowed: bool = True,
     ) -> None:
         self.model_name = model_name
         self.info = info
         self._backend = backend_instance
-        self._next_payload = next_payload
         self._stats = stats
         self._decoupled = decoupled
         self._clock = clock
-        self._thread: threading.Thread | None = None
+        self._rate_limiter = rate_limiter
+        self.resources = resources
+        # False for instances whose thread must be the only one running them
+        self.inline_allowed = inline_allowed and not info.passive
         self.busy = threading.Lock()
         self.execution_count = 0
         # Moving average of execute durations (ns, weight 1/8): lets the scheduler judge
@@ -62,22 +77,28 @@ class ModelInstance:
     def name(self) -> str:
         return self.info.name
 
-    def start(self) -> None:
-        thread = threading.Thread(
-            target=self._run,
-            name=f"infercore-{self.model_name}-{self.info.name}",
-            daemon=True,  # a hung model must not keep the interpreter alive at exit
-        )
-        self._thread = thread
-        thread.start()
+    def runs_short(self) -> bool:
+        """Known to execute quickly enough to run on an event loop's thread."""
+        return 0 <= self.recent_execute_ns <= INLINE_ON_LOOP_MAX_NS
 
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; True if it did (or never started)."""
-        thread = self._thread
-        if thread is None:
+    # -- reservation -------------------------------------------------------------------------
+    def try_reserve(self) -> bool:
+        """Reserve the instance for one payload now, without waiting; False if busy."""
+        if not self.inline_allowed or not self.busy.acquire(False):
+            return False
+        if self._rate_limiter.try_acquire(self, self.resources):
             return True
-        thread.join(timeout)
-        return not thread.is_alive()
+        self.busy.release()
+        return False
+
+    def reserve(self) -> None:
+        """Wait for the instance's resources, then for the instance itself."""
+        self._rate_limiter.acquire(self, self.resources)
+        self.busy.acquire()
+
+    def unreserve(self) -> None:
+        self.busy.release()
+        self._rate_limiter.release(self, self.resources)
 
     def finalize(self, timeout: float = 30.0) -> None:
         """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
@@ -94,18 +115,9 @@ class ModelInstance:
             if acquired:
                 self.busy.release()
 
-    def _run(self) -> None:
-        next_payload = self._next_payload
-        busy = self.busy
-        while True:
-            payload = next_payload()
-            if payload is None:
-                return
-            with busy:
-                self.execute(payload)
-
+    # -- execution ---------------------------------------------------------------------------
     def execute(self, payload: Payload) -> None:
-        """Run one payload on this instance (the caller holds ``busy``), record, release."""
+        """Run one payload (the caller holds the reservation), record, release responses."""
         requests = payload.requests
         hold = not self._decoupled
         if hold:
@@ -134,10 +146,13 @@ class ModelInstance:
                     f"'{request.id}'"
                 ))
         self.execution_count += 1
-        self._stats.record_execution(requests, end)
+        self._stats.record_execution(requests, end, self.info.name)
         if hold:
-            for request in requests:
-                request.sender.release_held()  # type: ignore[union-attr]
+            if payload.on_release is not None:
+                payload.on_release(requests)
+            else:
+                for request in requests:
+                    request.sender.release_held()  # type: ignore[union-attr]
 
     def _fail_open_requests(self, payload: Payload, exc: Exception) -> None:
         if isinstance(exc, TritonError):
@@ -153,3 +168,83 @@ class ModelInstance:
             sender = request.sender
             if sender is not None and not sender.closed:
                 sender.send_error(error)
+
+
+class BackendThread:
+    """The thread that runs one instance (or every instance of a device-blocking group)."""
+
+    def __init__(
+        self,
+        name: str,
+        instances: Sequence[ModelInstance],
+        next_payload: Callable[[], Payload | None],
+        cpu_cores: frozenset[int] | None = None,
+    ) -> None:
+        self.name = name
+        self._instances = tuple(instances)
+        self._next_payload = next_payload
+        self._cpu_cores = cpu_cores
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        # daemon: a hung model must not keep the interpreter alive at exit
+        thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread = thread
+        thread.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; True if it did (or never started)."""
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _run(self) -> None:
+        if self._cpu_cores:
+            _pin_current_thread(self.name, self._cpu_cores)
+        next_payload = self._next_payload
+        instances = self._instances
+        turn = 0
+        while True:
+            payload = next_payload()
+            if payload is None:
+                return
+            instance = instances[turn % len(instances)]
+            turn += 1
+            instance.reserve()
+            try:
+                instance.execute(payload)
+            finally:
+                instance.unreserve()
+
+
+def cpu_cores_of(policy: Mapping[str, str], policy_name: str) -> frozenset[int] | None:
+    """The CPU cores a host policy (``cpu-cores=0-3,6``) pins its instances to, if any."""
+    spec = policy.get("cpu-cores", "").strip()
+    if not spec:
+        if policy.get("numa-node"):
+            logger.info("host policy %s: NUMA binding is not available here; ignored",
+                        policy_name)
+        return None
+    cores: set[int] = set()
+    try:
+        for part in spec.split(","):
+            first, _, last = part.partition("-")
+            cores.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"host policy '{policy_name}' has an invalid cpu-cores value '{spec}'"
+        ) from None
+    return frozenset(cores)
+
+
+def _pin_current_thread(name: str, cores: frozenset[int]) -> None:
+    set_affinity = getattr(os, "sched_setaffinity", None)
+    if set_affinity is None:
+        logger.info("thread %s: CPU affinity is not supported on this OS; ignored", name)
+        return
+    try:
+        set_affinity(0, cores)  # 0: the calling thread on Linux
+    except OSError as exc:
+        logger.warning("thread %s: could not pin to CPU cores %s: %s", name, sorted(cores), exc)

@@ -16,24 +16,39 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
 from .backends.base import Backend, BackendModel, InstanceInfo, ModelContext
+from .clock import Clock, MonotonicClock
 from .errors import InvalidArgumentError, UnavailableError
-from .instance import ModelInstance
+from .instance import BackendThread, ModelInstance, cpu_cores_of
+from .payload import Payload
+from .rate_limiter import RateLimiter, ResourceAsk
 from .request import InferRequest
 from .response import ResponseSender, ResponseStream
+from .scheduling.base import Scheduler
 from .scheduling.default import DefaultScheduler
+from .scheduling.dynamic import DynamicBatcher
 from .stats import ModelStats
 from .tensor import DataType
 from .validation import RequestValidator
 
-__all__ = ["LoadedModel"]
+__all__ = ["LoadedModel", "ModelEnvironment"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEnvironment:
+    """What the server shares with every model: time, the rate limiter, host policies."""
+
+    clock: Clock = field(default_factory=MonotonicClock)
+    rate_limiter: RateLimiter = field(default_factory=RateLimiter)
+    host_policies: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 class LoadedModel:
@@ -43,20 +58,21 @@ class LoadedModel:
         self,
         context: ModelContext,
         backend: Backend,
-        *,
-        clock: Callable[[], int] = time.monotonic_ns,
+        environment: ModelEnvironment | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
         self.version = context.version
         self.config = context.config
         self._backend = backend
-        self._clock = clock
+        self._environment = environment or ModelEnvironment()
+        self._clock = self._environment.clock.now_ns
         self.stats = ModelStats(self.name, self.version)
         self._validator = RequestValidator(self.config)
         self._backend_model: BackendModel | None = None
         self._instances: list[ModelInstance] = []
-        self._scheduler: DefaultScheduler | None = None
+        self._threads: list[BackendThread] = []
+        self._scheduler: Scheduler | None = None
         self._inflight = 0
         self._accepting = False
         self._inflight_lock = threading.Lock()
@@ -70,37 +86,58 @@ class LoadedModel:
         On failure everything created so far is finalized and the error propagates.
         """
         self.labels = _read_labels(self.context)
+        infos = _instance_infos(self.config)
+        groups = {group.name: group for group in self.config.instance_group}
+        asks = {info.name: ResourceAsk.from_config(groups[info.group_name], info.device_id)
+                for info in infos}
+        rate_limiter = self._environment.rate_limiter
+        rate_limiter.register(self.name, asks.values())
+        cores = {info.name: self._cpu_cores(info) for info in infos}
+        blocking = bool(getattr(self._backend, "device_blocking", False))
         self._backend_model = self._backend.create_model(self.context)
         try:
-            infos = list(_instance_infos(self.config))
-            active = [info for info in infos if not info.passive]
-            scheduler = DefaultScheduler(
-                self.name, len(active), self._clock, self._record_failure
-            )
             for info in infos:
                 backend_instance = self._backend_model.create_instance(info)
-                self._instances.append(
-                    ModelInstance(
-                        self.name,
-                        info,
-                        backend_instance,
-                        scheduler.next_payload,
-                        self.stats,
-                        decoupled=self.context.decoupled,
-                        clock=self._clock,
-                    )
-                )
+                self._instances.append(ModelInstance(
+                    self.name, info, backend_instance, self.stats,
+                    decoupled=self.context.decoupled, clock=self._clock,
+                    rate_limiter=rate_limiter, resources=asks[info.name],
+                    # Only an instance's own thread runs it when the thread matters: GPU
+                    # (the current device is per thread), a device-blocking backend (one
+                    # thread per device), a host policy (the thread is pinned).
+                    inline_allowed=(info.kind != "KIND_GPU" and not blocking
+                                    and cores[info.name] is None),
+                ))
         except BaseException:
             self._finalize_all()
             raise
+        active = [i for i in self._instances if not i.info.passive]
+        scheduler = self._make_scheduler(len(active))
+        scheduler.attach(active)
         self._scheduler = scheduler
-        active_instances = [i for i in self._instances if not i.info.passive]
-        # GPU instances keep their own threads (a thread's current device is per thread).
-        scheduler.attach([i for i in active_instances if i.info.kind != "KIND_GPU"])
-        for instance in active_instances:
-            instance.start()
+        self._threads = _backend_threads(self.name, active, scheduler.next_payload, cores,
+                                         blocking)
+        for thread in self._threads:
+            thread.start()
         with self._inflight_lock:
             self._accepting = True
+
+    def _make_scheduler(self, thread_count: int) -> Scheduler:
+        if self.config.HasField("dynamic_batching"):
+            return DynamicBatcher(self.config, thread_count, self._environment.clock,
+                                  self._record_failure)
+        return DefaultScheduler(self.name, thread_count, self._clock, self._record_failure)
+
+    def _cpu_cores(self, info: InstanceInfo) -> frozenset[int] | None:
+        if not info.host_policy:
+            return None
+        policy = self._environment.host_policies.get(info.host_policy)
+        if policy is None:
+            raise InvalidArgumentError(
+                f"instance group {info.group_name} of model {self.name} uses host policy "
+                f"'{info.host_policy}', which the server does not define"
+            )
+        return cpu_cores_of(policy, info.host_policy)
 
     def unload(self, timeout: float = 30.0) -> None:
         """Stop admitting, let in-flight requests finish until ``timeout``, then shut down."""
@@ -119,11 +156,11 @@ class LoadedModel:
         scheduler = self._scheduler
         if scheduler is not None:
             scheduler.stop()
-            for instance in self._instances:
+            for thread in self._threads:
                 remaining = max(0.0, deadline - time.monotonic())
-                if not instance.join(remaining + 1.0):
-                    logger.error("instance %s of model %s did not stop in time",
-                                 instance.name, self.name)
+                if not thread.join(remaining + 1.0):
+                    logger.error("thread %s of model %s did not stop in time", thread.name,
+                                 self.name)
             scheduler.drain()
         self._finalize_all()
 
@@ -194,6 +231,27 @@ class LoadedModel:
             "inputs": [_tensor_metadata(t, batching) for t in self.config.input],
             "outputs": [_tensor_metadata(t, batching) for t in self.config.output],
         }
+
+
+def _backend_threads(
+    model_name: str,
+    instances: list[ModelInstance],
+    next_payload: Callable[[], Payload | None],
+    cores: Mapping[str, frozenset[int] | None],
+    device_blocking: bool,
+) -> list[BackendThread]:
+    """One thread per instance, or per (kind, device) for a device-blocking backend."""
+    if not device_blocking:
+        return [BackendThread(f"infercore-{model_name}-{i.name}", [i], next_payload,
+                              cores[i.name]) for i in instances]
+    by_device: dict[tuple[str, int], list[ModelInstance]] = {}
+    for instance in instances:
+        by_device.setdefault((instance.info.kind, instance.info.device_id), []).append(instance)
+    return [
+        BackendThread(f"infercore-{model_name}-{kind.removeprefix('KIND_').lower()}{device}",
+                      group, next_payload, cores[group[0].name])
+        for (kind, device), group in by_device.items()
+    ]
 
 
 def _read_labels(context: ModelContext) -> dict[str, list[str]]:

@@ -50,6 +50,9 @@ class Options:
     rate_limiter_mode: RateLimitMode = RateLimitMode.OFF
     rate_limiter_resources: Sequence[RateLimiterResource] = ()
     backend_configuration: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # name -> settings, as tritonserver's --host-policy=<name>,<setting>=<value>
+    # ("cpu-cores": "0-3,6" pins the policy's instance threads; "numa-node" is accepted)
+    host_policies: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     log_verbose: int = 0
     log_info: bool = True
     log_warn: bool = True

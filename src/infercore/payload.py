@@ -18,13 +18,16 @@ class Payload:
     """The requests of one execution (one request, or a batch)."""
 
     __slots__ = ("requests", "batch_size", "compute_input_end_ns", "compute_output_start_ns",
-                 "_clock")
+                 "on_release", "_clock")
 
     def __init__(self, requests: list[InferRequest], clock: Callable[[], int]) -> None:
         self.requests = requests
         self.batch_size = sum(r.batch_size or 1 for r in requests)
         self.compute_input_end_ns = 0
         self.compute_output_start_ns = 0
+        # Who delivers the held final responses after execution (None: each at once);
+        # the dynamic batcher's preserve_ordering sets it.
+        self.on_release: Callable[[list[InferRequest]], None] | None = None
         self._clock = clock
 
     def mark_compute_input_end(self) -> None:

@@ -22,8 +22,9 @@ from ._version import __version__
 from .errors import InternalError, InvalidArgumentError, UnavailableError
 from .handle import Model
 from .logs import LogSettings, LogSettingsManager
-from .model import LoadedModel
+from .model import LoadedModel, ModelEnvironment
 from .options import ModelControlMode, Options
+from .rate_limiter import RateLimiter
 from .repository.manager import RepositoryManager
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
@@ -57,6 +58,11 @@ class Server:
             model_config_name=self.options.model_config_name,
             backend_configuration=self.options.backend_configuration,
             load_thread_count=self.options.model_load_thread_count,
+            environment=ModelEnvironment(
+                rate_limiter=RateLimiter(self.options.rate_limiter_mode,
+                                         self.options.rate_limiter_resources),
+                host_policies=self.options.host_policies,
+            ),
         )
         self._state_lock = threading.Lock()
         self._started = False

@@ -65,6 +65,8 @@ class ModelStatistics:
     cache_hit: Duration = Duration()
     cache_miss: Duration = Duration()
     batch_stats: tuple[BatchStatistics, ...] = field(default_factory=tuple)
+    # executions per instance name; infercore's own figure (not in Triton's JSON)
+    instance_executions: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Triton's statistics JSON for one model version."""
@@ -122,8 +124,10 @@ class ModelStats:
         self._compute_infer = _Counter()
         self._compute_output = _Counter()
         self._batches: dict[int, tuple[_Counter, _Counter, _Counter]] = {}
+        self._instance_executions: dict[str, int] = {}
 
-    def record_execution(self, requests: list[InferRequest], now_ns: int) -> None:
+    def record_execution(self, requests: list[InferRequest], now_ns: int,
+                         instance: str = "") -> None:
         """Record one backend execution of ``requests`` and each request's outcome.
 
         Timestamps are read from the requests (all of one execution share the compute
@@ -136,6 +140,9 @@ class ModelStats:
         batch_size = 0
         with self._lock:
             self._execution_count += 1
+            if instance:
+                self._instance_executions[instance] = (
+                    self._instance_executions.get(instance, 0) + 1)
             self._last_inference_ms = time.time_ns() // 1_000_000
             for request in requests:
                 sender = request.sender
@@ -181,4 +188,5 @@ class ModelStats:
                 compute_infer=self._compute_infer.freeze(),
                 compute_output=self._compute_output.freeze(),
                 batch_stats=batches,
+                instance_executions=dict(sorted(self._instance_executions.items())),
             )

@@ -11,10 +11,11 @@ the same code paths as real repositories.
 from __future__ import annotations
 
 import textwrap
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["RepositoryBuilder"]
+__all__ = ["ManualClock", "RepositoryBuilder"]
 
 
 class RepositoryBuilder:
@@ -55,3 +56,50 @@ class RepositoryBuilder:
             else:
                 target.write_text(textwrap.dedent(content))
         return model_dir
+
+
+class ManualClock:
+    """A Clock that moves only when ``advance`` is called (see infercore.clock).
+
+    Threads waiting through it with a deadline wake when ``advance`` passes the deadline
+    (or when their condition is notified); ``wait_for_sleepers(n)`` lets a test wait until
+    ``n`` threads are parked, so tests synchronise on events, never on sleeps.
+    """
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self._now = start_ns
+        self._lock = threading.Lock()
+        self._parked = threading.Condition(self._lock)
+        self._conditions: dict[int, threading.Condition] = {}
+        self._sleepers = 0
+
+    def now_ns(self) -> int:
+        return self._now
+
+    def wait(self, condition: threading.Condition, deadline_ns: int | None) -> None:
+        if deadline_ns is not None and deadline_ns <= self._now:
+            return
+        with self._lock:
+            self._conditions[id(condition)] = condition
+            self._sleepers += 1
+            self._parked.notify_all()
+        try:
+            condition.wait()
+        finally:
+            with self._lock:
+                self._sleepers -= 1
+
+    def advance(self, ns: int = 0, *, us: int = 0, ms: int = 0, seconds: float = 0) -> None:
+        """Move time forward and wake every waiter so it can check its deadline."""
+        with self._lock:
+            self._now += ns + us * 1_000 + ms * 1_000_000 + int(seconds * 1e9)
+            conditions = list(self._conditions.values())
+        for condition in conditions:
+            with condition:
+                condition.notify_all()
+
+    def wait_for_sleepers(self, count: int, timeout: float = 10.0) -> None:
+        """Block until at least ``count`` threads are parked in ``wait``."""
+        with self._lock:
+            if not self._parked.wait_for(lambda: self._sleepers >= count, timeout):
+                raise TimeoutError(f"{self._sleepers} threads parked, expected {count}")

@@ -27,7 +27,7 @@ from ..errors import (
     TritonError,
     UnavailableError,
 )
-from ..model import LoadedModel
+from ..model import LoadedModel, ModelEnvironment
 from ..request import InferRequest
 from ..response import ResponseStream
 from .layout import (
@@ -64,7 +64,7 @@ class RepositoryManager:
         model_config_name: str = "",
         backend_configuration: Mapping[str, Mapping[str, str]] | None = None,
         load_thread_count: int = 4,
-        clock: Callable[[], int] = time.monotonic_ns,
+        environment: ModelEnvironment | None = None,
     ) -> None:
         self._repositories = tuple(repositories)
         self._infer = infer
@@ -72,7 +72,7 @@ class RepositoryManager:
         self._config_name = model_config_name or None
         self._backend_configuration = dict(backend_configuration or {})
         self._load_thread_count = load_thread_count
-        self._clock = clock
+        self._environment = environment or ModelEnvironment()
         self._lock = Lock()
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._sources: dict[str, ModelSource] = {}
@@ -259,7 +259,7 @@ class RepositoryManager:
             backend_config=dict(self._backend_configuration.get(backend.name, {})),
             infer=self._infer,
         )
-        model = LoadedModel(context, backend, clock=self._clock)
+        model = LoadedModel(context, backend, self._environment)
         model.load()
         return model
 

@@ -7,10 +7,14 @@ thread calls ``next_payload`` and blocks in it until there is work or the schedu
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..payload import Payload
 from ..request import InferRequest
+
+if TYPE_CHECKING:
+    from ..instance import ModelInstance
 
 __all__ = ["Scheduler"]
 
@@ -18,6 +22,18 @@ __all__ = ["Scheduler"]
 class Scheduler(Protocol):
     def enqueue(self, request: InferRequest) -> None:
         """Accept a validated request (its sender set); answer it later through the sender."""
+        ...
+
+    def attach(self, instances: Sequence[ModelInstance]) -> None:
+        """The active instances (a blocked caller may reserve one to run inline)."""
+        ...
+
+    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
+        """Run the still-queued ``request`` on the calling thread if an instance is idle."""
+        ...
+
+    def drain(self) -> None:
+        """After the instance threads exited: answer requests left in the queue."""
         ...
 
     def next_payload(self) -> Payload | None:

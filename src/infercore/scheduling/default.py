@@ -14,8 +14,12 @@ idle, the caller claims its request and executes it on that instance, on its own
 A request then crosses no thread at all, instead of two (a cross-core wake-up costs tens
 of microseconds on small VMs). Each instance's ``busy`` lock keeps it to one payload at a
 time whichever thread executes it. An asyncio consumer runs its request inline only while
-the instance's recent executions are shorter than ``INLINE_ON_LOOP_MAX_NS``: a short model
+the instance's recent executions are short (``ModelInstance.runs_short``): a short model
 costs its event loop less than the two thread crossings would, a long one must not stall it.
+
+Timeouts: without a dynamic batcher there is one queue and no timer; a request whose
+timeout passed while queued is answered "Request timeout expired" when it is dequeued,
+and is never executed. (Models with dynamic_batching get timely rejections.)
 """
 
 from __future__ import annotations
@@ -32,9 +36,6 @@ from ..request import InferRequest
 __all__ = ["DefaultScheduler"]
 
 _STOP = None
-
-# Longest recent execute time (ns) for which an event loop's thread runs a request inline.
-INLINE_ON_LOOP_MAX_NS = 50_000
 
 
 class DefaultScheduler:
@@ -77,7 +78,15 @@ class DefaultScheduler:
                 return None
             if claim(id(request), None) is None:
                 continue  # run inline by its caller, or cancelled, already answered
+            if request.timeout_us and self._timed_out(request):
+                continue
             return Payload([request], self._clock)
+
+    def _timed_out(self, request: InferRequest) -> bool:
+        if self._clock() - request.queue_start_ns < request.timeout_us * 1_000:
+            return False
+        self._fail(request, UnavailableError("Request timeout expired"))
+        return True
 
     def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
         """Execute ``request`` on the calling thread if it is still queued and an instance
@@ -86,17 +95,18 @@ class DefaultScheduler:
         if id(request) not in self._queued:
             return False
         for instance in self._inline_instances:
-            if on_loop and not 0 <= instance.recent_execute_ns <= INLINE_ON_LOOP_MAX_NS:
+            if on_loop and not instance.runs_short():
                 continue  # unknown or long: the loop must not wait for it
-            busy = instance.busy
-            if busy.acquire(False):
+            if instance.try_reserve():
                 try:
                     if self._queued.pop(id(request), None) is None:
                         return False
+                    if request.timeout_us and self._timed_out(request):
+                        return True
                     instance.execute(Payload([request], self._clock))
                     return True
                 finally:
-                    busy.release()
+                    instance.unreserve()
         return False
 
     def _cancel_queued(self, request: InferRequest) -> None:

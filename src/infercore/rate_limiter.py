@@ -1,0 +1,148 @@
+"""The rate limiter: an instance executes only while the resources it declares are free.
+
+Mode OFF: every call succeeds at once. Mode EXEC_COUNT (tritonserver's
+``--rate-limit=execution_count``): each instance's config ``rate_limiter { resources
+[{name, count, global}], priority }`` is what one execution of it consumes. Resources are
+counted globally (``global: true``) or per device (the instance's device id). A resource
+the server options do not size gets the largest count any single instance asks for (so
+one instance can always run), as Triton does; an instance asking more than a sized
+resource holds fails to load.
+
+Fairness: instances waiting for resources are granted in order of a virtual time that
+grows by the instance's priority (at least 1) at each grant, so an instance of priority 2
+gets half the chances of one of priority 1 when they compete.
+
+Threads: backend threads (and inline callers) acquire and release; loading threads
+register instances. ``_cond`` guards the free counts, the waiters and the virtual times.
+Per-instance state: waiting -> allocated -> released (-> waiting ...).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tritonclient.grpc import model_config_pb2
+
+from .errors import InvalidArgumentError
+from .options import RateLimiterResource, RateLimitMode
+
+__all__ = ["RateLimiter", "ResourceAsk"]
+
+_GLOBAL = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAsk:
+    """What one execution of an instance consumes, and its scheduling priority."""
+
+    needs: tuple[tuple[str, int, int], ...]  # (resource, device or -1, count)
+    priority: int = 1
+
+    @classmethod
+    def from_config(cls, group: model_config_pb2.ModelInstanceGroup, device_id: int
+                    ) -> ResourceAsk:
+        limiter = group.rate_limiter
+        needs = tuple(
+            (r.name, _GLOBAL if getattr(r, "global") else device_id, int(r.count))
+            for r in limiter.resources
+        )
+        return cls(needs, max(1, int(limiter.priority)))
+
+
+class RateLimiter:
+    """Resource accounting and fair granting across every instance of every model."""
+
+    def __init__(self, mode: RateLimitMode = RateLimitMode.OFF,
+                 resources: Sequence[RateLimiterResource] = ()) -> None:
+        self.enabled = mode is RateLimitMode.EXEC_COUNT
+        self._cond = threading.Condition(threading.Lock())
+        self._explicit = {(r.name, r.device): int(r.count) for r in resources}
+        self._capacity: dict[tuple[str, int], int] = {}
+        self._free: dict[tuple[str, int], int] = {}
+        self._vtime: dict[int, int] = {}  # id(owner) -> virtual time
+        self._waiting: list[tuple[int, object, ResourceAsk]] = []  # (vtime, owner, ask)
+        self._vclock = 0  # the virtual time of the latest grant; newcomers start there
+
+    def register(self, model_name: str, asks: Iterable[ResourceAsk]) -> None:
+        """Check a model's instances against the resources and size implicit ones."""
+        if not self.enabled:
+            return
+        with self._cond:
+            for ask in asks:
+                for name, device, count in ask.needs:
+                    key = (name, device)
+                    # "<name>:<count>" without a device sizes the resource on every device
+                    explicit = self._explicit.get(key, self._explicit.get((name, _GLOBAL)))
+                    if explicit is not None:
+                        if count > explicit:
+                            where = "global" if device == _GLOBAL else f"device {device}"
+                            raise InvalidArgumentError(
+                                f"Resource count for '{name}' ({where}) is limited to "
+                                f"{explicit}, but model '{model_name}' requires {count} for "
+                                "an instance"
+                            )
+                        if key not in self._capacity:
+                            self._capacity[key] = self._free[key] = explicit
+                        continue
+                    grown = count - self._capacity.get(key, 0)
+                    if grown > 0:
+                        self._capacity[key] = count
+                        self._free[key] = self._free.get(key, 0) + grown
+
+    def acquire(self, owner: object, ask: ResourceAsk) -> None:
+        """Block until ``owner`` (an instance) may execute; take its resources."""
+        if not self.enabled or not ask.needs:
+            return
+        with self._cond:
+            entry = (self._vtime.setdefault(id(owner), self._vclock), owner, ask)
+            self._waiting.append(entry)
+            try:
+                while not (self._is_next(owner) and self._fits(ask)):
+                    self._cond.wait()
+            finally:
+                self._waiting.remove(entry)
+            self._take(owner, ask)
+
+    def try_acquire(self, owner: object, ask: ResourceAsk) -> bool:
+        """Take the resources now if they are free and nobody waits ahead; else False."""
+        if not self.enabled or not ask.needs:
+            return True
+        with self._cond:
+            if self._waiting or not self._fits(ask):
+                return False
+            self._take(owner, ask)
+            return True
+
+    def release(self, owner: object, ask: ResourceAsk) -> None:
+        if not self.enabled or not ask.needs:
+            return
+        with self._cond:
+            for name, device, count in ask.needs:
+                self._free[(name, device)] += count
+            self._cond.notify_all()
+
+    def free(self) -> dict[tuple[str, int], int]:
+        """Free counts by (resource, device; -1 for global), for tests and diagnostics."""
+        with self._cond:
+            return dict(self._free)
+
+    # -- helpers (hold _cond) ----------------------------------------------------------------
+    def _fits(self, ask: ResourceAsk) -> bool:
+        return all(self._free.get((name, device), 0) >= count
+                   for name, device, count in ask.needs)
+
+    def _is_next(self, owner: object) -> bool:
+        """Is ``owner`` the most deserving waiter among those whose resources fit now?"""
+        candidates = [w for w in self._waiting if self._fits(w[2])]
+        if not candidates:
+            return False
+        return min(candidates, key=lambda w: w[0])[1] is owner
+
+    def _take(self, owner: object, ask: ResourceAsk) -> None:
+        for name, device, count in ask.needs:
+            self._free[(name, device)] -= count
+        start = self._vtime.get(id(owner), self._vclock)
+        self._vclock = max(self._vclock, start)
+        self._vtime[id(owner)] = start + ask.priority

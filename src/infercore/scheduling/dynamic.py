@@ -1,0 +1,260 @@
+"""The dynamic batcher: forms batches of queued requests for the model's free instances.
+
+Threads: callers ``enqueue``; each free instance's backend thread calls ``next_payload``
+and forms the next batch itself, under ``_cond``'s lock; a blocked sync caller may form
+and run a batch containing its own request (``run_inline``, only without a queue delay);
+any thread may cancel. ``_cond`` guards the queue and the stopped flag; responses are sent
+outside it. Batches are formed only when an instance is free to run them, so under load a
+batch keeps growing while every instance is busy, as Triton's batcher does.
+
+When a batch leaves (Triton's rules): the queued requests are taken in priority order
+while they are shape-compatible with the first (unless the input allows ragged batches)
+and their batch sizes fit ``max_batch_size``. The batch goes at once if it reached the
+largest preferred size (by default ``max_batch_size``) or cannot grow (the next request
+does not fit); otherwise it waits for more requests until the oldest has waited
+``max_queue_delay_microseconds``, and then goes with the largest prefix whose size is a
+preferred size, or whole. Timed-out requests are rejected or delayed by their level's
+policy. With ``preserve_ordering``, responses are released in arrival order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from tritonclient.grpc import model_config_pb2
+
+from ..clock import Clock
+from ..errors import CancelledError, TritonError, UnavailableError
+from ..instance import ModelInstance
+from ..payload import Payload
+from ..request import InferRequest
+from .queue import PriorityQueue
+
+__all__ = ["DynamicBatcher"]
+
+
+class DynamicBatcher:
+    """Triton's dynamic batching for one model version (also its scheduler when
+    dynamic_batching is absent but priorities or timeouts must be honoured)."""
+
+    def __init__(
+        self,
+        config: model_config_pb2.ModelConfig,
+        instance_count: int,
+        clock: Clock,
+        on_failed: Callable[[InferRequest], None],
+    ) -> None:
+        batching = config.dynamic_batching if config.HasField("dynamic_batching") else None
+        self._model_name = config.name
+        self._max_batch_size = max(1, int(config.max_batch_size))
+        self._batching = batching is not None and config.max_batch_size > 0
+        preferred = sorted({int(s) for s in batching.preferred_batch_size}) if batching else []
+        self._preferred = [s for s in preferred if s <= self._max_batch_size] or [
+            self._max_batch_size]
+        self._delay_ns = int(batching.max_queue_delay_microseconds) * 1_000 if batching else 0
+        self._preserve_ordering = bool(batching.preserve_ordering) if batching else False
+        self._ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch)
+        self._queue = PriorityQueue.from_config(batching)
+        self._instance_count = instance_count
+        self._clock = clock
+        self._on_failed = on_failed
+        self._cond = threading.Condition(threading.Lock())
+        self._stopped = False
+        self._inline_instances: tuple[ModelInstance, ...] = ()
+        # preserve_ordering: arrival sequence numbers and completed-but-unreleased requests
+        self._next_seq = 0
+        self._next_release = 0
+        self._finished: dict[int, InferRequest] = {}
+        self._seq: dict[int, int] = {}
+
+    # -- callers -----------------------------------------------------------------------------
+    def attach(self, instances: Sequence[ModelInstance]) -> None:
+        self._inline_instances = tuple(instances)
+
+    def enqueue(self, request: InferRequest) -> None:
+        with self._cond:
+            if self._stopped:
+                raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
+            now = self._clock.now_ns()
+            request.queue_start_ns = now
+            self._queue.push(request, now)  # raises when the level is full
+            if self._preserve_ordering:
+                self._seq[id(request)] = self._next_seq
+                self._next_seq += 1
+            self._cond.notify()
+        request.on_cancel(lambda: self._cancel(request))
+
+    def _cancel(self, request: InferRequest) -> None:
+        with self._cond:
+            removed = self._queue.remove(request)
+        if removed:
+            self._fail([request], CancelledError("Request was cancelled"))
+
+    def queued_count(self) -> int:
+        return len(self._queue)
+
+    # -- instance threads --------------------------------------------------------------------
+    def next_payload(self) -> Payload | None:
+        """Block until a batch is ready for the calling (free) instance; None once stopped."""
+        with self._cond:
+            while True:
+                batch, expired, wake_at = self._form(self._clock.now_ns())
+                if expired:
+                    self._cond.release()
+                    try:
+                        self._reject(expired)
+                    finally:
+                        self._cond.acquire()
+                    continue
+                if batch:
+                    if len(self._queue):
+                        self._cond.notify()  # more work: wake another free instance
+                    return self._payload(batch)
+                if self._stopped and not len(self._queue):
+                    return None
+                self._clock.wait(self._cond, wake_at)
+
+    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
+        """Form and run, on the calling thread, a batch that holds ``request``.
+
+        Only without a queue delay (a delayed batch must wait for company) and when an
+        instance is idle; False (nothing done) otherwise.
+        """
+        if self._delay_ns:
+            return False
+        for instance in self._inline_instances:
+            if on_loop and not instance.runs_short():
+                continue
+            if not instance.try_reserve():
+                continue
+            try:
+                with self._cond:
+                    batch, expired, _ = self._form(self._clock.now_ns(), must_hold=request)
+                    payload = self._payload(batch) if batch else None
+                if expired:
+                    self._reject(expired)
+                if payload is None:
+                    return False
+                instance.execute(payload)
+                return True
+            finally:
+                instance.unreserve()
+        return False
+
+    def _form(
+        self, now: int, must_hold: InferRequest | None = None
+    ) -> tuple[list[InferRequest], list[InferRequest], int | None]:
+        """(batch to run now, requests that timed out, when to look again). Holds _cond."""
+        expired = self._queue.expire(now)
+        if expired:
+            return [], expired, None
+        if not len(self._queue):
+            return [], [], None
+        batch: list[InferRequest] = []
+        size = 0
+        key = None
+        full = False
+        for request in self._queue:
+            if not self._batching and batch:
+                full = True
+                break
+            request_size = request.batch_size or 1
+            request_key = self._shape_key(request)
+            if batch and (size + request_size > self._max_batch_size or request_key != key):
+                full = True
+                break
+            batch.append(request)
+            size += request_size
+            key = request_key
+            if size >= self._preferred[-1]:
+                full = True
+                break
+        deadline = batch[0].queue_start_ns + self._delay_ns
+        if not full and now < deadline and self._batching and not self._stopped:
+            if must_hold is not None:
+                return [], [], None
+            timeout = self._queue.next_deadline()
+            return [], [], deadline if timeout is None else min(deadline, timeout)
+        batch = self._preferred_prefix(batch)
+        if must_hold is not None and not any(r is must_hold for r in batch):
+            return [], [], None
+        self._queue.take(batch)
+        return batch, [], None
+
+    def _preferred_prefix(self, batch: list[InferRequest]) -> list[InferRequest]:
+        """The longest prefix whose batch size is a preferred size, else the whole batch."""
+        if len(self._preferred) == 1 and self._preferred[0] == self._max_batch_size:
+            return batch
+        sizes = []
+        total = 0
+        for request in batch:
+            total += request.batch_size or 1
+            sizes.append(total)
+        for cut in range(len(batch), 0, -1):
+            if sizes[cut - 1] in self._preferred:
+                return batch[:cut]
+        return batch
+
+    def _shape_key(self, request: InferRequest) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        ragged = self._ragged
+        return tuple(
+            (name, tensor.shape[1:] if name not in ragged else ())
+            for name, tensor in sorted(request.inputs.items())
+        )
+
+    def _payload(self, batch: list[InferRequest]) -> Payload:
+        payload = Payload(batch, self._clock.now_ns)
+        if self._preserve_ordering:
+            payload.on_release = self._release_in_order
+        return payload
+
+    def _release_in_order(self, requests: list[InferRequest]) -> None:
+        """Deliver held responses in arrival order across instances (preserve_ordering)."""
+        ready: list[InferRequest] = []
+        with self._cond:
+            for request in requests:
+                self._finished[self._seq.pop(id(request))] = request
+            while self._next_release in self._finished:
+                ready.append(self._finished.pop(self._next_release))
+                self._next_release += 1
+        for request in ready:
+            request.sender.release_held()  # type: ignore[union-attr]
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop admitting; instance threads run what is queued, then get None."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def drain(self) -> None:
+        """After the instance threads exited: answer requests left in the queue."""
+        with self._cond:
+            leftover = list(self._queue)
+            self._queue.take(leftover)
+        self._fail(leftover, UnavailableError(
+            f"model '{self._model_name}' was unloaded before the request could run"))
+
+    # -- answers -----------------------------------------------------------------------------
+    def _reject(self, requests: list[InferRequest]) -> None:
+        self._fail(requests, UnavailableError("Request timeout expired"))
+
+    def _fail(self, requests: list[InferRequest], error: TritonError) -> None:
+        for request in requests:
+            if self._preserve_ordering:
+                # a failed request must not hold back the responses queued behind it
+                with self._cond:
+                    seq = self._seq.pop(id(request), None)
+                    if seq is not None:
+                        self._finished[seq] = request
+                sender = request.sender
+                if sender is not None and not sender.closed:
+                    sender.send_error(error)
+                self._release_in_order([])
+            else:
+                sender = request.sender
+                if sender is not None and not sender.closed:
+                    sender.send_error(error)
+            self._on_failed(request)
+

@@ -1,0 +1,173 @@
+"""Priority levels and queue policies of the dynamic batcher (Triton's PriorityQueue).
+
+Levels are numbered from 1 (most urgent). Each level has a policy: ``max_queue_size`` (0:
+unbounded; a full level rejects with "Exceeds maximum queue size"), a default timeout and
+whether a request's own timeout may shorten it, and what happens at the timeout: REJECT
+(answered "Request timeout expired", never executed) or DELAY (moved behind every
+non-delayed request). A request's priority 0, or one beyond the levels, means the default
+level, as in Triton.
+
+Not thread-safe: the owning scheduler calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tritonclient.grpc import model_config_pb2
+
+from ..errors import UnavailableError
+from ..request import InferRequest
+
+__all__ = ["QueuePolicy", "PriorityQueue"]
+
+_REJECT = model_config_pb2.ModelQueuePolicy.TimeoutAction.REJECT
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    reject_on_timeout: bool = True
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = True
+    max_queue_size: int = 0
+
+    @classmethod
+    def from_config(cls, policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            reject_on_timeout=policy.timeout_action == _REJECT,
+            default_timeout_us=int(policy.default_timeout_microseconds),
+            allow_timeout_override=bool(policy.allow_timeout_override),
+            max_queue_size=int(policy.max_queue_size),
+        )
+
+    def timeout_us(self, request: InferRequest) -> int:
+        """The queue timeout of ``request`` under this policy (0: none)."""
+        timeout = self.default_timeout_us
+        own = request.timeout_us
+        if self.allow_timeout_override and own > 0 and (timeout == 0 or own < timeout):
+            timeout = own
+        return timeout
+
+
+class _Level:
+    __slots__ = ("policy", "pending", "delayed")
+
+    def __init__(self, policy: QueuePolicy) -> None:
+        self.policy = policy
+        # (request, deadline_ns or 0) in arrival order
+        self.pending: deque[tuple[InferRequest, int]] = deque()
+        self.delayed: deque[InferRequest] = deque()
+
+    def __len__(self) -> int:
+        return len(self.pending) + len(self.delayed)
+
+
+class PriorityQueue:
+    """Requests by priority level, each level FIFO with its own policy."""
+
+    def __init__(self, levels: dict[int, QueuePolicy], default_level: int) -> None:
+        self._levels = {level: _Level(policy) for level, policy in sorted(levels.items())}
+        self._order = sorted(self._levels)
+        self._default = default_level
+        self._size = 0
+
+    @classmethod
+    def from_config(cls, batching: model_config_pb2.ModelDynamicBatching | None
+                    ) -> PriorityQueue:
+        """One level with the default policy, or the levels a dynamic_batching block asks."""
+        if batching is None:
+            return cls({1: QueuePolicy()}, 1)
+        default = (QueuePolicy.from_config(batching.default_queue_policy)
+                   if batching.HasField("default_queue_policy")
+                   else QueuePolicy(allow_timeout_override=False))
+        count = max(1, int(batching.priority_levels))
+        levels = {level: default for level in range(1, count + 1)}
+        for level, policy in batching.priority_queue_policy.items():
+            levels[int(level)] = QueuePolicy.from_config(policy)
+        default_level = int(batching.default_priority_level) or 1
+        return cls(levels, default_level if default_level in levels else 1)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def level_of(self, request: InferRequest) -> int:
+        priority = request.priority
+        return priority if priority in self._levels else self._default
+
+    def push(self, request: InferRequest, now_ns: int) -> None:
+        """Queue ``request``; raises UnavailableError when its level is full."""
+        level = self._levels[self.level_of(request)]
+        policy = level.policy
+        if policy.max_queue_size and len(level) >= policy.max_queue_size:
+            raise UnavailableError("Exceeds maximum queue size")
+        timeout_us = policy.timeout_us(request)
+        level.pending.append((request, now_ns + timeout_us * 1_000 if timeout_us else 0))
+        self._size += 1
+
+    def remove(self, request: InferRequest) -> bool:
+        """Take ``request`` out wherever it is (a cancel); False if it is not queued."""
+        level = self._levels[self.level_of(request)]
+        for index, (queued, _) in enumerate(level.pending):
+            if queued is request:
+                del level.pending[index]
+                self._size -= 1
+                return True
+        try:
+            level.delayed.remove(request)
+        except ValueError:
+            return False
+        self._size -= 1
+        return True
+
+    def expire(self, now_ns: int) -> list[InferRequest]:
+        """Apply timeouts: return the rejected requests (removed); delay the others."""
+        rejected: list[InferRequest] = []
+        for level in self._levels.values():
+            if not level.pending:
+                continue
+            kept: deque[tuple[InferRequest, int]] = deque()
+            for request, deadline in level.pending:
+                if deadline and deadline <= now_ns:
+                    if level.policy.reject_on_timeout:
+                        rejected.append(request)
+                        self._size -= 1
+                    else:
+                        level.delayed.append(request)
+                else:
+                    kept.append((request, deadline))
+            level.pending = kept
+        return rejected
+
+    def next_deadline(self) -> int | None:
+        """The earliest pending timeout, or None."""
+        deadlines = [d for level in self._levels.values() for _, d in level.pending if d]
+        return min(deadlines) if deadlines else None
+
+    def __iter__(self) -> Iterator[InferRequest]:
+        """Requests in scheduling order: levels by priority, pending before delayed."""
+        for key in self._order:
+            for request, _ in self._levels[key].pending:
+                yield request
+        for key in self._order:
+            yield from self._levels[key].delayed
+
+    def take(self, requests: list[InferRequest]) -> None:
+        """Remove ``requests``, which must be the first ones in scheduling order."""
+        levels = [self._levels[key] for key in self._order]
+        for request in requests:
+            for level in levels:
+                if level.pending:
+                    if level.pending[0][0] is request:
+                        level.pending.popleft()
+                        break
+                    raise RuntimeError("requests must be taken in scheduling order")
+            else:
+                for level in levels:
+                    if level.delayed:
+                        if level.delayed[0] is not request:
+                            raise RuntimeError("requests must be taken in scheduling order")
+                        level.delayed.popleft()
+                        break
+            self._size -= 1
