@@ -36,6 +36,7 @@ from .scheduling.dynamic import DynamicBatcher
 from .stats import ModelStats
 from .tensor import DataType
 from .validation import RequestValidator
+from .warmup import run_warmup, warmup_samples
 
 __all__ = ["LoadedModel", "ModelEnvironment"]
 
@@ -94,6 +95,7 @@ class LoadedModel:
         rate_limiter.register(self.name, asks.values())
         cores = {info.name: self._cpu_cores(info) for info in infos}
         blocking = bool(getattr(self._backend, "device_blocking", False))
+        samples = warmup_samples(self.config, self.context.model_dir)
         self._backend_model = self._backend.create_model(self.context)
         try:
             for info in infos:
@@ -108,6 +110,8 @@ class LoadedModel:
                     inline_allowed=(info.kind != "KIND_GPU" and not blocking
                                     and cores[info.name] is None),
                 ))
+            # Every active instance runs the warmup samples before the model is READY.
+            run_warmup(self.name, self.version, samples, self._instances, self._clock)
         except BaseException:
             self._finalize_all()
             raise
