@@ -4,6 +4,8 @@
     PythonBackend.create_model           imports model.py once per model version
     PythonModel.create_instance          TritonPythonModel() + initialize(args)
     PythonInstance.execute(payload)      execute(requests) on the instance's backend thread
+                                         (execute(batch) for batch-assembly models, in
+                                         batch_assembly.py)
     PythonInstance.finalize()            the model's finalize(), errors logged
 
 Threads: ``execute`` and ``finalize`` of an instance run on that instance's backend thread;
@@ -27,6 +29,7 @@ from tritonclient.grpc import model_config_pb2
 from ...errors import InternalError, InvalidArgumentError
 from ...payload import Payload
 from ..base import InstanceInfo, ModelContext
+from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
 from .loader import load_model_class, model_package, unload_model_class
 from .model_config_api import ModelConfig, config_to_json
 from .pb_error import python_error_text
@@ -117,23 +120,28 @@ class PythonBackend:
             unload_model_class(model_class)
 
     def create_model(self, context: ModelContext) -> PythonModel:
+        # Checked before the import, so a bad parameter fails the load without running model.py.
+        assembly = batch_assembly_from_config(context.config, context.name)
         model_class = load_model_class(
             _model_file(context.config, context.version_dir),
             repository=context.repository,
             module_key=f"{context.name}_{context.version}",
             model_name=context.name,
         )
-        return PythonModel(context, model_class)
+        return PythonModel(context, model_class, assembly)
 
 
 class PythonModel:
     """One loaded version of a Python model: its class, and what every instance shares."""
 
-    def __init__(self, context: ModelContext, model_class: type) -> None:
+    def __init__(
+        self, context: ModelContext, model_class: type, assembly: BatchAssembly | None = None
+    ) -> None:
         self._context = context
         self._class = model_class
         self._package = model_package(model_class)
         self._decoupled = context.decoupled
+        self._assembly = assembly  # None unless the model opts in to batch assembly
         self._output_names = tuple(output.name for output in context.config.output)
         self._config_json = model_config_json(context.config)
         self._scope = _Scope(
@@ -190,11 +198,15 @@ class PythonInstance:
         self._name = info.name
         self._scope = scope
         self._decoupled = model._decoupled
+        self._assembly = model._assembly
         self._output_names = model._output_names
         self._model_file = str(_model_file(model.context.config, model.context.version_dir))
         self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute`
 
     def execute(self, payload: Payload) -> None:
+        if self._assembly is not None:
+            execute_assembled(self, payload)
+            return
         requests = [
             InferenceRequest._wrap(core, self._output_names, self._decoupled)
             for core in payload.requests
