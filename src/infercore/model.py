@@ -29,10 +29,11 @@ from .instance import BackendThread, ModelInstance, cpu_cores_of
 from .payload import Payload
 from .rate_limiter import RateLimiter, ResourceAsk
 from .request import InferRequest
-from .response import ResponseSender, ResponseStream
+from .response import InferResponse, ResponseSender, ResponseStream
 from .scheduling.base import Scheduler
 from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
+from .scheduling.ensemble import EnsembleScheduler, validate_ensemble
 from .stats import ModelStats
 from .tensor import DataType
 from .validation import RequestValidator
@@ -58,14 +59,17 @@ class LoadedModel:
     def __init__(
         self,
         context: ModelContext,
-        backend: Backend,
+        backend: Backend | None,
         environment: ModelEnvironment | None = None,
+        *,
+        describe: Callable[[str, int], model_config_pb2.ModelConfig] | None = None,
     ) -> None:
         self.context = context
         self.name = context.name
         self.version = context.version
         self.config = context.config
-        self._backend = backend
+        self._backend = backend  # None for an ensemble
+        self._describe = describe  # other loaded models' configs (ensemble steps)
         self._environment = environment or ModelEnvironment()
         self._clock = self._environment.clock.now_ns
         self.stats = ModelStats(self.name, self.version)
@@ -87,6 +91,9 @@ class LoadedModel:
         On failure everything created so far is finalized and the error propagates.
         """
         self.labels = _read_labels(self.context)
+        if self._backend is None:
+            self._load_ensemble()
+            return
         infos = _instance_infos(self.config)
         groups = {group.name: group for group in self.config.instance_group}
         asks = {info.name: ResourceAsk.from_config(groups[info.group_name], info.device_id)
@@ -125,6 +132,19 @@ class LoadedModel:
             thread.start()
         with self._inflight_lock:
             self._accepting = True
+
+    def _load_ensemble(self) -> None:
+        if self._describe is None or self.context.infer is None:
+            raise InvalidArgumentError(f"ensemble {self.name} needs a server to run in")
+        steps = validate_ensemble(self.config, self._describe)
+        self._scheduler = EnsembleScheduler(
+            self.config, steps, self.context.infer,  # type: ignore[arg-type]
+            self._record_failure, self._record_success)
+        with self._inflight_lock:
+            self._accepting = True
+
+    def _record_success(self, request: InferRequest) -> None:
+        self.stats.record_success(request, self._clock())
 
     def _make_scheduler(self, thread_count: int) -> Scheduler:
         if self.config.HasField("dynamic_batching"):
@@ -180,8 +200,15 @@ class LoadedModel:
             self._backend_model = None
 
     # -- requests ----------------------------------------------------------------------
-    def infer(self, request: InferRequest, *, raise_on_error: bool = True) -> ResponseStream:
-        """Validate and enqueue ``request``; its responses arrive on the returned stream.
+    def infer(
+        self,
+        request: InferRequest,
+        *,
+        raise_on_error: bool = True,
+        callback: Callable[[InferResponse | None, bool], None] | None = None,
+    ) -> ResponseStream:
+        """Validate and enqueue ``request``; its responses arrive on the returned stream
+        (or, with ``callback``, are passed to it on the producing thread).
 
         Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
         """
@@ -194,8 +221,9 @@ class LoadedModel:
         except ValueError as exc:  # e.g. a reshape numpy cannot do
             self.stats.record_failure(request, self._clock())
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
-        stream = ResponseStream(request, raise_on_error=raise_on_error)
-        stream._runner = self._scheduler
+        stream = ResponseStream(request, raise_on_error=raise_on_error, callback=callback)
+        if callback is None:
+            stream._runner = self._scheduler
         request.sender = ResponseSender(request, stream, self.name, self.version, self._release)
         with self._inflight_lock:
             if not self._accepting:

@@ -79,9 +79,15 @@ class ResponseStream:
     """
 
     __slots__ = ("_request", "_raise_on_error", "_lock", "_items", "_done", "_waiter",
-                 "_future", "_runner", "__weakref__")
+                 "_future", "_runner", "_callback", "__weakref__")
 
-    def __init__(self, request: InferRequest, *, raise_on_error: bool = True) -> None:
+    def __init__(
+        self,
+        request: InferRequest,
+        *,
+        raise_on_error: bool = True,
+        callback: Callable[[InferResponse | None, bool], None] | None = None,
+    ) -> None:
         self._request = request
         self._raise_on_error = raise_on_error
         self._lock = _allocate_lock()
@@ -91,9 +97,21 @@ class ResponseStream:
         self._future: asyncio.Future[None] | None = None
         # Set by the model when a blocked sync consumer may run the request itself.
         self._runner: InlineRunner | None = None
+        # Callback mode: every response (and the final flag) goes to the callback, on the
+        # producer's thread, in order; nothing is queued for iteration.
+        self._callback = callback
 
     # -- producer side (any thread) ----------------------------------------------------
     def _push(self, response: InferResponse | None, final: bool) -> None:
+        callback = self._callback
+        if callback is not None:
+            with self._lock:
+                if self._done:
+                    return
+                if final:
+                    self._done = True
+            callback(response, final)
+            return
         with self._lock:
             if self._done:
                 return

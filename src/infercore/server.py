@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -28,7 +28,7 @@ from .rate_limiter import RateLimiter
 from .repository.manager import RepositoryManager
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
-from .response import ResponseStream
+from .response import InferResponse, ResponseStream
 from .stats import ModelStatistics
 from .tracing import TraceSettingsStore
 
@@ -182,10 +182,21 @@ class Server:
         return self._manager.index(ready_only=ready_only)
 
     # -- inference -------------------------------------------------------------------------
-    def infer(self, request: InferRequest, *, raise_on_error: bool = True) -> ResponseStream:
-        """Run a request built by the caller (frontends do this); see ``Model.infer``."""
+    def infer(
+        self,
+        request: InferRequest,
+        *,
+        raise_on_error: bool = True,
+        callback: Callable[[InferResponse | None, bool], None] | None = None,
+    ) -> ResponseStream:
+        """Run a request built by the caller (frontends do this); see ``Model.infer``.
+
+        With ``callback``, each response is passed to ``callback(response, final)`` on the
+        thread that produced it, in order (``response`` is None for a bare final flag),
+        instead of being queued on the stream; the callback must not block.
+        """
         loaded = self._resolve(request.model_name, request.model_version)
-        return loaded.infer(request, raise_on_error=raise_on_error)
+        return loaded.infer(request, raise_on_error=raise_on_error, callback=callback)
 
     def _resolve(self, name: str, version: int) -> LoadedModel:
         if not self._started or self._stopped:

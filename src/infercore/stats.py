@@ -164,6 +164,14 @@ class ModelStats:
                 counters[1].add(infer_ns)
                 counters[2].add(output_ns)
 
+    def record_success(self, request: InferRequest, now_ns: int) -> None:
+        """A request answered without an execution of this model's own (an ensemble)."""
+        with self._lock:
+            self._last_inference_ms = time.time_ns() // 1_000_000
+            self._inference_count += request.batch_size or 1
+            self._execution_count += 1
+            self._success.add(now_ns - request.request_start_ns)
+
     def record_failure(self, request: InferRequest, now_ns: int) -> None:
         """A request that failed before execution (validation, queue timeout, cancel)."""
         with self._lock:

@@ -122,16 +122,32 @@ class RepositoryManager:
         """Load the named models (all found when None), in parallel; return failures."""
         sources = self.scan()
         wanted = sorted(sources) if names is None else list(names)
+        # Ensembles need their steps loaded first: load the rest in parallel, then the
+        # ensembles one at a time, those that others use first.
+        ensembles: dict[str, list[str]] = {}
+        for name in wanted:
+            steps = _ensemble_steps(sources[name], self._config_name) if name in sources else None
+            if steps is not None:
+                ensembles[name] = steps
         failures: dict[str, str] = {}
         with ThreadPoolExecutor(
             max_workers=self._load_thread_count, thread_name_prefix="infercore-load"
         ) as pool:
-            futures = {name: pool.submit(self._load_logged, name) for name in wanted}
+            futures = {name: pool.submit(self._load_logged, name) for name in wanted
+                       if name not in ensembles}
             for name, future in futures.items():
                 reason = future.result()
                 if reason is not None:
                     failures[name] = reason
+        for name in _dependency_order(ensembles):
+            reason = self._load_logged(name)
+            if reason is not None:
+                failures[name] = reason
         return failures
+
+    def _describe(self, name: str, version: int) -> model_config_pb2.ModelConfig:
+        """A loaded model's config (ensemble steps); ``version`` <= 0: the latest."""
+        return self.get(name, version if version > 0 else -1).config
 
     def _load_logged(self, name: str) -> str | None:
         try:
@@ -198,7 +214,7 @@ class RepositoryManager:
 
     def _prepare(
         self, source: ModelSource, override: model_config_pb2.ModelConfig | None = None
-    ) -> tuple[model_config_pb2.ModelConfig, Backend, list[int]]:
+    ) -> tuple[model_config_pb2.ModelConfig, Backend | None, list[int]]:
         name = source.name
         available = list_versions(source.path)
         if override is not None:
@@ -225,13 +241,15 @@ class RepositoryManager:
                     "model file was found"
                 )
             config.backend = backend_name
-        backend = get_backend(backend_name)
-        if not self._strict and available:
+        backend = None if config.platform == "ensemble" else get_backend(backend_name)
+        if backend is not None and not self._strict and available:
             backend.auto_complete_config(config, source.path, version_dir(source.path,
                                                                           max(available)))
         model_config.normalize_model_config(config, model_name=name, gpu_count=0)
         model_config.validate_model_config(
-            config, model_name=name, backend_can_batch=backend.supports_batching, gpu_count=0
+            config, model_name=name,
+            backend_can_batch=backend.supports_batching if backend is not None else True,
+            gpu_count=0,
         )
         versions, problems = select_versions(available, config.version_policy, model_name=name)
         for version, reason in problems.items():
@@ -244,7 +262,7 @@ class RepositoryManager:
         self,
         source: ModelSource,
         config: model_config_pb2.ModelConfig,
-        backend: Backend,
+        backend: Backend | None,
         version: int,
     ) -> LoadedModel:
         version_config = model_config_pb2.ModelConfig()
@@ -256,10 +274,11 @@ class RepositoryManager:
             model_dir=source.path,
             version_dir=version_dir(source.path, version),
             repository=source.repository,
-            backend_config=dict(self._backend_configuration.get(backend.name, {})),
+            backend_config=dict(self._backend_configuration.get(
+                backend.name if backend is not None else "", {})),
             infer=self._infer,
         )
-        model = LoadedModel(context, backend, self._environment)
+        model = LoadedModel(context, backend, self._environment, describe=self._describe)
         model.load()
         return model
 
@@ -282,6 +301,38 @@ class RepositoryManager:
         deadline = time.monotonic() + timeout
         for name in list(self._models):
             self.unload(name, max(0.0, deadline - time.monotonic()))
+
+
+def _ensemble_steps(source: ModelSource, config_name: str | None) -> list[str] | None:
+    """The step model names of an ensemble's config, or None for any other model."""
+    try:
+        config = model_config.read_model_config(source.path, model_name=source.name,
+                                                config_name=config_name)
+    except TritonError:
+        return None  # reported when the model itself is loaded
+    if config is None or config.platform != "ensemble":
+        return None
+    return [step.model_name for step in config.ensemble_scheduling.step]
+
+
+def _dependency_order(ensembles: Mapping[str, list[str]]) -> list[str]:
+    """Ensembles ordered so that one used as a step loads before the ensembles using it."""
+    ordered: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in ordered or name in visiting:
+            return  # a cycle is reported by the ensemble's own validation
+        visiting.add(name)
+        for step in ensembles.get(name, []):
+            if step in ensembles:
+                visit(step)
+        visiting.discard(name)
+        ordered.append(name)
+
+    for name in sorted(ensembles):
+        visit(name)
+    return ordered
 
 
 def _backend_from_files(model_dir: Path, versions: Sequence[int]) -> str:
