@@ -78,7 +78,7 @@ class LoadedModel:
         self._instances: list[ModelInstance] = []
         self._threads: list[BackendThread] = []
         self._scheduler: Scheduler | None = None
-        self._inflight = 0
+        self._inflight: dict[int, InferRequest] = {}  # id -> request not yet answered
         self._accepting = False
         self._inflight_lock = threading.Lock()
         self._drained = threading.Condition(self._inflight_lock)
@@ -168,15 +168,24 @@ class LoadedModel:
         deadline = time.monotonic() + timeout
         with self._inflight_lock:
             self._accepting = False
-            while self._inflight > 0:
+            while self._inflight:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._drained.wait(remaining)
-            leftover = self._inflight
+            leftover = list(self._inflight.values())
         if leftover:
             logger.warning("model %s v%d unloading with %d requests still in flight",
-                           self.name, self.version, leftover)
+                           self.name, self.version, len(leftover))
+            # Nothing may wait forever: requests still open past the deadline (e.g. a
+            # decoupled model that never sent its final flag) are failed now.
+            for request in leftover:
+                request.cancel()
+                sender = request.sender
+                if sender is not None and not sender.closed:
+                    sender.abort(UnavailableError(
+                        f"model '{self.name}' version {self.version} was unloaded before "
+                        "the request completed"))
         scheduler = self._scheduler
         if scheduler is not None:
             scheduler.stop()
@@ -231,14 +240,15 @@ class LoadedModel:
                     f"Request for unknown model: '{self.name}' version {self.version} is not "
                     "ready"
                 )
-            self._inflight += 1
+            self._inflight[id(request)] = request
         self._scheduler.enqueue(request)  # type: ignore[union-attr]
         return stream
 
     def _release(self, request: InferRequest) -> None:
         with self._inflight_lock:
-            self._inflight -= 1
-            if self._inflight == 0:
+            if self._inflight.pop(id(request), None) is None:
+                return  # already released (aborted at unload, then answered late)
+            if not self._inflight:
                 self._drained.notify_all()
 
     def _record_failure(self, request: InferRequest) -> None:
@@ -246,7 +256,7 @@ class LoadedModel:
 
     @property
     def inflight_count(self) -> int:
-        return self._inflight
+        return len(self._inflight)
 
     @property
     def instances(self) -> list[ModelInstance]:

@@ -330,6 +330,20 @@ class ResponseSender:
         if final and self._on_close is not None:
             self._on_close(request)
 
+    def abort(self, error: TritonError) -> None:
+        """End the request with ``error`` now, even if a response is held (unload).
+
+        A backend still holding the request may answer later: the stream ignores it.
+        """
+        self._closed = True
+        self._hold = False
+        self._held = None
+        self.failed = True
+        self._stream._push(InferResponse(self._model, self._version, self._request.id,
+                                         error=error), True)
+        if self._on_close is not None:
+            self._on_close(self._request)
+
     def hold(self) -> None:
         """Keep the final response back until ``release_held`` (set before execution)."""
         self._hold = True
