@@ -83,6 +83,7 @@ class LoadedModel:
         self._inflight_lock = threading.Lock()
         self._drained = threading.Condition(self._inflight_lock)
         self.labels: dict[str, list[str]] = {}  # output name -> classification labels
+        self._decoupled = context.decoupled
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -234,6 +235,8 @@ class LoadedModel:
         if callback is None:
             stream._runner = self._scheduler
         request.sender = ResponseSender(request, stream, self.name, self.version, self._release)
+        if self._decoupled:
+            request.sender.observe_responses(self.stats.record_response)
         with self._inflight_lock:
             if not self._accepting:
                 raise UnavailableError(

@@ -262,7 +262,7 @@ class ResponseSender:
     """
 
     __slots__ = ("_request", "_stream", "_model", "_version", "_closed", "failed",
-                 "_on_close", "_hold", "_held")
+                 "_on_close", "_hold", "_held", "_observer", "_sent", "_last_ns")
 
     def __init__(
         self,
@@ -283,6 +283,22 @@ class ResponseSender:
         # records statistics first, so a caller that sees its response also sees its stats.
         self._hold = False
         self._held: Any = None  # InferResponse, _BARE_FINAL or None
+        # Decoupled models: per-response statistics (index, infer ns, output ns, kind).
+        self._observer: Callable[[int, int, int, str], None] | None = None
+        self._sent = 0
+        self._last_ns = 0
+
+    def observe_responses(self, observer: Callable[[int, int, int, str], None]) -> None:
+        """Report every response's index and timing to ``observer`` (decoupled models)."""
+        self._observer = observer
+
+    def _observe(self, kind: str, started_ns: int) -> None:
+        now = time.monotonic_ns()
+        previous = self._last_ns or self._request.compute_start_ns or started_ns
+        self._observer(self._sent, max(0, started_ns - previous), now - started_ns,  # type: ignore[misc]
+                       kind)
+        self._sent += 1
+        self._last_ns = now
 
     @property
     def closed(self) -> bool:
@@ -297,6 +313,7 @@ class ResponseSender:
         final: bool = True,
     ) -> None:
         """Send one response (outputs or error); ``final`` closes the request's stream."""
+        started_ns = time.monotonic_ns() if self._observer is not None else 0
         if self._closed:
             raise InternalError(
                 f"response sender of request '{self._request.id}' for model "
@@ -327,6 +344,8 @@ class ResponseSender:
             self._held = response
             return
         self._stream._push(response, final)
+        if started_ns:
+            self._observe("fail" if error is not None else "success", started_ns)
         if final and self._on_close is not None:
             self._on_close(request)
 
@@ -371,7 +390,10 @@ class ResponseSender:
         if self._hold:
             self._held = _BARE_FINAL  # release_held() ends the stream
             return
+        started_ns = time.monotonic_ns() if self._observer is not None else 0
         self._stream._push(None, True)
+        if started_ns:
+            self._observe("cancel" if self._request.cancelled else "empty", started_ns)
         if self._on_close is not None:
             self._on_close(self._request)
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from .request import InferRequest
 
-__all__ = ["BatchStatistics", "Duration", "ModelStatistics", "ModelStats"]
+__all__ = ["BatchStatistics", "Duration", "ModelStatistics", "ModelStats",
+           "ResponseStatistics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,28 @@ class BatchStatistics:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseStatistics:
+    """Figures for the n-th response of decoupled requests (Triton's response_stats)."""
+
+    compute_infer: Duration = Duration()
+    compute_output: Duration = Duration()
+    success: Duration = Duration()
+    fail: Duration = Duration()
+    empty_response: Duration = Duration()
+    cancel: Duration = Duration()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compute_infer": self.compute_infer.to_dict(),
+            "compute_output": self.compute_output.to_dict(),
+            "success": self.success.to_dict(),
+            "fail": self.fail.to_dict(),
+            "empty_response": self.empty_response.to_dict(),
+            "cancel": self.cancel.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ModelStatistics:
     """A snapshot of one model version's statistics, in Triton's terms."""
 
@@ -67,6 +90,8 @@ class ModelStatistics:
     batch_stats: tuple[BatchStatistics, ...] = field(default_factory=tuple)
     # executions per instance name; infercore's own figure (not in Triton's JSON)
     instance_executions: dict[str, int] = field(default_factory=dict)
+    # response index -> figures, for decoupled models
+    response_stats: dict[int, ResponseStatistics] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Triton's statistics JSON for one model version."""
@@ -86,7 +111,8 @@ class ModelStatistics:
                 "cache_hit": self.cache_hit.to_dict(),
                 "cache_miss": self.cache_miss.to_dict(),
             },
-            "response_stats": {},
+            "response_stats": {str(index): stats.to_dict()
+                               for index, stats in sorted(self.response_stats.items())},
             "batch_stats": [b.to_dict() for b in self.batch_stats],
             "memory_usage": [],
         }
@@ -125,6 +151,8 @@ class ModelStats:
         self._compute_output = _Counter()
         self._batches: dict[int, tuple[_Counter, _Counter, _Counter]] = {}
         self._instance_executions: dict[str, int] = {}
+        # index -> [compute_infer, compute_output, success, fail, empty, cancel]
+        self._responses: dict[int, list[_Counter]] = {}
 
     def record_execution(self, requests: list[InferRequest], now_ns: int,
                          instance: str = "") -> None:
@@ -164,6 +192,19 @@ class ModelStats:
                 counters[1].add(infer_ns)
                 counters[2].add(output_ns)
 
+    def record_response(self, index: int, infer_ns: int, output_ns: int, kind: str) -> None:
+        """One response of a decoupled request: ``kind`` is "success", "fail", "empty"
+        (a bare final flag) or "cancel"; ``infer_ns`` is the time since the previous
+        response (or the execution's start), ``output_ns`` the time spent sending it."""
+        slot = {"success": 2, "fail": 3, "empty": 4, "cancel": 5}[kind]
+        with self._lock:
+            counters = self._responses.get(index)
+            if counters is None:
+                counters = self._responses[index] = [_Counter() for _ in range(6)]
+            counters[0].add(infer_ns)
+            counters[1].add(output_ns)
+            counters[slot].add(infer_ns + output_ns)
+
     def record_success(self, request: InferRequest, now_ns: int) -> None:
         """A request answered without an execution of this model's own (an ensemble)."""
         with self._lock:
@@ -197,4 +238,6 @@ class ModelStats:
                 compute_output=self._compute_output.freeze(),
                 batch_stats=batches,
                 instance_executions=dict(sorted(self._instance_executions.items())),
+                response_stats={index: ResponseStatistics(*(c.freeze() for c in counters))
+                                for index, counters in self._responses.items()},
             )

@@ -150,3 +150,19 @@ async def test_bls_from_many_concurrent_requests(decoupled_repo):
                                          for i in range(1, 8)))
         assert [r.outputs["TOTAL"].to_numpy()[0] for r in results] == [
             i * (i - 1) // 2 for i in range(1, 8)]
+
+
+def test_response_statistics_count_each_response_index(decoupled_repo):
+    with Server(model_repository=decoupled_repo.path) as server:
+        list(server.model("counter").infer(inputs=_n(3)))
+        list(server.model("counter").infer(inputs=_n(1)))
+        stats = server.model("counter").statistics()[0]
+        by_index = {i: (s.success.count, s.empty_response.count)
+                    for i, s in stats.response_stats.items()}
+        # request 1: responses 0, 1, 2 then a bare final (index 3);
+        # request 2: response 0 then a bare final (index 1)
+        assert by_index == {0: (2, 0), 1: (1, 1), 2: (1, 0), 3: (0, 1)}
+        as_json = stats.to_dict()["response_stats"]
+        assert set(as_json) == {"0", "1", "2", "3"}
+        assert set(as_json["0"]) == {"compute_infer", "compute_output", "success", "fail",
+                                     "empty_response", "cancel"}
