@@ -34,6 +34,7 @@ from .scheduling.base import Scheduler
 from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .scheduling.ensemble import EnsembleScheduler, validate_ensemble
+from .scheduling.sequence import SequenceBatcher
 from .stats import ModelStats
 from .tensor import DataType
 from .validation import RequestValidator
@@ -148,6 +149,13 @@ class LoadedModel:
         self.stats.record_success(request, self._clock())
 
     def _make_scheduler(self, thread_count: int) -> Scheduler:
+        if self.config.HasField("sequence_batching"):
+            try:
+                return SequenceBatcher(self.config, self._environment.clock,
+                                       self._record_failure, self.context.model_dir)
+            except BaseException:  # e.g. a bad initial_state: the load fails, cleanly
+                self._finalize_all()
+                raise
         if self.config.HasField("dynamic_batching"):
             return DynamicBatcher(self.config, thread_count, self._environment.clock,
                                   self._record_failure)
@@ -244,7 +252,13 @@ class LoadedModel:
                     "ready"
                 )
             self._inflight[id(request)] = request
-        self._scheduler.enqueue(request)  # type: ignore[union-attr]
+        try:
+            self._scheduler.enqueue(request)  # type: ignore[union-attr]
+        except BaseException:
+            # Refused at the door (e.g. a full queue): not in flight, counted as failed.
+            self._release(request)
+            self.stats.record_failure(request, self._clock())
+            raise
         return stream
 
     def _release(self, request: InferRequest) -> None:

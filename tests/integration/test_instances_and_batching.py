@@ -194,3 +194,20 @@ def test_unknown_host_policy_fails_the_load(repo, shared):
     with Server(model_repository=repo.path, exit_on_error=False) as server:
         (entry,) = server.repository_index()
         assert "host policy 'nowhere'" in entry.reason
+
+
+def test_a_full_queue_refuses_at_once_and_leaks_nothing(repo, shared):
+    repo.add_model("obs", model_py=OBSERVER_PY, config=_config(
+        "obs", "dynamic_batching { default_queue_policy { max_queue_size: 1 } }"))
+    with Server(model_repository=repo.path) as server:
+        model = server.model("obs")
+        first = model.infer(inputs=X)
+        assert shared.started.wait(10)  # the only instance is busy with it
+        queued = model.infer(inputs=X)
+        with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+            model.infer(inputs=X)
+        shared.go.set()
+        first.result(timeout=10)
+        queued.result(timeout=10)
+        assert model.statistics()[0].fail.count == 1
+    # stop() returned promptly: no request was left counted in flight
