@@ -121,11 +121,11 @@ class LoadedModel:
                 ))
             # Every active instance runs the warmup samples before the model is READY.
             run_warmup(self.name, self.version, samples, self._instances, self._clock)
+            active = [i for i in self._instances if not i.info.passive]
+            scheduler = self._make_scheduler(len(active))
         except BaseException:
             self._finalize_all()
             raise
-        active = [i for i in self._instances if not i.info.passive]
-        scheduler = self._make_scheduler(len(active))
         scheduler.attach(active)
         self._scheduler = scheduler
         self._threads = _backend_threads(self.name, active, scheduler.next_payload, cores,
@@ -150,12 +150,8 @@ class LoadedModel:
 
     def _make_scheduler(self, thread_count: int) -> Scheduler:
         if self.config.HasField("sequence_batching"):
-            try:
-                return SequenceBatcher(self.config, self._environment.clock,
-                                       self._record_failure, self.context.model_dir)
-            except BaseException:  # e.g. a bad initial_state: the load fails, cleanly
-                self._finalize_all()
-                raise
+            return SequenceBatcher(self.config, self._environment.clock,
+                                   self._record_failure, self.context.model_dir)
         if self.config.HasField("dynamic_batching"):
             return DynamicBatcher(self.config, thread_count, self._environment.clock,
                                   self._record_failure)
