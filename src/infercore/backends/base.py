@@ -1,26 +1,54 @@
 """The backend authors' API, after TRITONBACKEND's lifecycle, and the backend registry.
 
-    Backend.create_model(ModelContext)         -> BackendModel     once per model version
+    factory(settings) -> Backend                                once per backend and settings
+    Backend.auto_complete_config(config, model_dir, version_dir) before a model's config is
+                                                                normalised (not in strict mode)
+    Backend.create_model(ModelContext)         -> BackendModel  once per model version
     BackendModel.create_instance(InstanceInfo) -> BackendInstance  once per instance
-    BackendInstance.execute(Payload)                               on the instance's thread
-    BackendInstance.finalize(), BackendModel.finalize()            at unload, in that order
+    BackendInstance.execute(Payload)                            on the instance's thread
+    BackendInstance.finalize(), BackendModel.finalize()         at unload, in that order
 
 A backend answers each request of a payload through ``request.sender`` (from any thread,
 during or after ``execute``), so batching and decoupled models share one path. Errors a
 backend raises from ``execute`` fail that payload's unanswered requests only.
 
-Backends are found by name in a registry of import strings and imported on first use, so
-``import infercore`` never imports onnxruntime or torch.
+Where backends come from, in the order a name is looked up (docs/backends.md):
+
+1. ``register_backend(name, target)`` and ``load_backend_directory(path)`` (the CLI's
+   ``--backend-directory``): explicit, so they replace a built-in of the same name;
+2. the built-ins: "python", "onnxruntime", "pytorch";
+3. the ``infercore.backends`` entry point group of installed distributions, searched when a
+   name is not found above (so an installed plugin never shadows a built-in silently).
+
+Every target is an import string, a file, or an entry point, imported on first use, so
+``import infercore`` never imports onnxruntime, torch or a plugin. A factory is called
+with the backend's settings (``--backend-config=<name>,<key>=<value>``, read-only) when it
+takes a positional parameter, else with none; one backend object is made per name and
+settings.
+
+Threads: the repository manager's loading threads call ``get_backend`` concurrently.
+``_LOCK`` guards ``_REGISTRY``, ``_LOADED`` and ``_CREATING`` and is never held while a
+plugin is imported or built; a per-name lock in ``_CREATING`` makes concurrent first loads
+of one backend create it once, while other backends' models keep loading (both are
+re-entrant: a plugin may call ``register_backend`` or ``get_backend`` while it is
+imported). Backend objects are shared by every model of that backend and must be safe to
+call from several loading threads at once.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import logging
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tritonclient.grpc import model_config_pb2
 
@@ -32,14 +60,25 @@ if TYPE_CHECKING:
     from ..response import ResponseStream
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "Backend",
     "BackendInstance",
     "BackendModel",
     "InstanceInfo",
     "ModelContext",
+    "backend_settings",
     "get_backend",
+    "list_backends",
+    "load_backend_directory",
+    "parse_backend_config",
     "register_backend",
 ]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "infercore.backends"
+# What a module of a backend directory must define: the backend's factory.
+DIRECTORY_FACTORY = "create_backend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +136,11 @@ class BackendModel(Protocol):
 
 @runtime_checkable
 class Backend(Protocol):
-    """A backend: a factory of models, plus what the server asks before loading one."""
+    """A backend: a factory of models, plus what the server asks before loading one.
+
+    Optional attribute: ``device_blocking = True`` makes the instances of one device share
+    one backend thread (Triton's TRITONBACKEND_EXECUTION_DEVICE_BLOCKING).
+    """
 
     name: str
     supports_batching: bool
@@ -111,43 +154,293 @@ class Backend(Protocol):
     def create_model(self, context: ModelContext) -> BackendModel: ...
 
 
-# name -> "module:attribute" of a Backend class or factory, imported on first use
-_REGISTRY: dict[str, str] = {
+# -- the registry ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a backend comes from: a description for messages, and how to import it."""
+
+    origin: str  # e.g. "import string 'pkg.mod:Factory'", "file '/dir/name.py'"
+    load: Callable[[], Any]  # -> a factory, or a ready Backend object
+
+
+_BUILTINS: dict[str, str] = {
     "python": "infercore.backends.python.backend:PythonBackend",
+    "onnxruntime": "infercore.backends.onnxruntime:OnnxRuntimeBackend",
+    "pytorch": "infercore.backends.pytorch:PyTorchBackend",
 }
-_LOADED: dict[str, Backend] = {}
-_LOCK = threading.Lock()
+
+_SettingsKey = tuple[tuple[str, str], ...]
+
+_LOCK = threading.RLock()
+_REGISTRY: dict[str, _Target] = {}
+_LOADED: dict[tuple[str, _SettingsKey], Backend] = {}
+_CREATING: dict[str, threading.RLock] = {}  # one per name: its first creation in progress
 
 
-def register_backend(name: str, target: str | Backend) -> None:
-    """Make a backend available under ``name``: an import string or a Backend object."""
+def _import_target(target: str) -> _Target:
+    module_name, colon, attribute = target.partition(":")
+    if not module_name or not colon or not attribute:
+        raise InvalidArgumentError(
+            f"invalid backend import string '{target}', expected '<module>:<attribute>'"
+        )
+
+    def load() -> Any:
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+        return value
+
+    return _Target(f"import string '{target}'", load)
+
+
+def _object_target(value: Any) -> _Target:
+    return _Target(f"object {value!r}", lambda: value)
+
+
+for _name, _target in _BUILTINS.items():
+    _REGISTRY[_name] = _import_target(_target)
+
+
+def register_backend(name: str, target: str | Backend | Callable[..., Backend]) -> None:
+    """Make a backend available under ``name``, replacing any earlier one of that name.
+
+    ``target`` is an import string ("package.module:Factory"), a factory (a class or
+    function returning a Backend), or a ready Backend object. Nothing is imported or
+    created until a model uses the backend.
+    """
+    if not name:
+        raise InvalidArgumentError("a backend needs a non-empty name")
+    source = _import_target(target) if isinstance(target, str) else _object_target(target)
     with _LOCK:
-        if isinstance(target, str):
-            _REGISTRY[name] = target
-            _LOADED.pop(name, None)
-        else:
-            _LOADED[name] = target
+        _REGISTRY[name] = source
+        _forget(name)
 
 
-def get_backend(name: str) -> Backend:
-    """The backend registered under ``name``, imported and created on first use."""
+def _forget(name: str) -> None:
+    for key in [key for key in _LOADED if key[0] == name]:
+        del _LOADED[key]
+
+
+def get_backend(name: str, settings: Mapping[str, str] | None = None) -> Backend:
+    """The backend registered under ``name`` for these settings, created on first use.
+
+    Raises:
+        InvalidArgumentError: no backend has that name, or its plugin failed to import,
+            to build, or does not implement the Backend interface.
+    """
+    settings_key: _SettingsKey = tuple(sorted((settings or {}).items()))
+    key = (name, settings_key)
     with _LOCK:
-        backend = _LOADED.get(name)
+        backend = _LOADED.get(key)
         if backend is not None:
             return backend
-        target = _REGISTRY.get(name)
+        creating = _CREATING.setdefault(name, threading.RLock())
+    # Importing a framework takes seconds: only loads of this backend wait for it, while
+    # models of other backends keep loading.
+    with creating:
+        with _LOCK:
+            backend = _LOADED.get(key)
+            if backend is not None:
+                return backend
+            target = _REGISTRY.get(name) or _entry_point_target(name)
         if target is None:
             raise InvalidArgumentError(
                 f"unable to find backend library for backend '{name}', try specifying "
                 "runtime on the model configuration."
             )
-        module_name, _, attribute = target.partition(":")
+        backend = _create(name, target, MappingProxyType(dict(settings_key)))
+        with _LOCK:
+            if _REGISTRY.get(name) is target:  # not replaced meanwhile
+                _LOADED[key] = backend
+        return backend
+
+
+def _create(name: str, target: _Target, settings: Mapping[str, str]) -> Backend:
+    def failure(exc: BaseException) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"unable to load backend '{name}' from {target.origin}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    try:
+        made = target.load()
+    except TritonError:
+        raise
+    except Exception as exc:  # an optional dependency missing, or a broken plugin
+        raise failure(exc) from exc
+    if isinstance(made, type) or (callable(made) and not hasattr(made, "create_model")):
         try:
-            factory = getattr(importlib.import_module(module_name), attribute)
-            backend = factory()
+            made = _call_factory(made, settings)
         except TritonError:
             raise
-        except Exception as exc:  # an optional dependency missing, or a broken plugin
-            raise InvalidArgumentError(f"unable to load backend '{name}': {exc}") from exc
-        _LOADED[name] = backend
-        return backend
+        except Exception as exc:
+            raise failure(exc) from exc
+    missing = [member for member in ("name", "supports_batching", "auto_complete_config",
+                                     "create_model") if not hasattr(made, member)]
+    if missing:
+        raise InvalidArgumentError(
+            f"backend '{name}' from {target.origin} does not implement the Backend "
+            f"interface: it has no {', '.join(missing)}"
+        )
+    if made.name != name:
+        # The server looks the backend's settings up by this name: they must agree.
+        raise InvalidArgumentError(
+            f"backend registered as '{name}' (from {target.origin}) calls itself "
+            f"'{made.name}'; the two names must be the same"
+        )
+    return made  # type: ignore[no-any-return]
+
+
+def _call_factory(factory: Callable[..., Any], settings: Mapping[str, str]) -> Any:
+    """Call ``factory(settings)`` when it takes a positional parameter, else ``factory()``."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # some builtins have no signature
+        return factory()
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                  inspect.Parameter.VAR_POSITIONAL)
+    if any(p.kind in positional for p in parameters):
+        return factory(settings)
+    return factory()
+
+
+def list_backends() -> list[str]:
+    """Every backend name known now: registered, built in, or offered by an entry point."""
+    with _LOCK:
+        names = set(_REGISTRY)
+    names.update(entry.name for entry in _entry_points())
+    return sorted(names)
+
+
+# -- entry points ---------------------------------------------------------------------------
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    # Read afresh each time: installing a plugin (or adding to sys.path) must be seen, and
+    # this runs only when a name is missing from the registry, i.e. once per plugin.
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _entry_point_target(name: str) -> _Target | None:
+    """Register and return the target of the entry point named ``name``. Holds _LOCK."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for entry in _entry_points():
+        if entry.name == name:
+            found.setdefault(entry.value, entry)  # a distribution seen twice on sys.path
+    if not found:
+        return None
+    entries = list(found.values())
+    if len(entries) > 1:
+        logger.warning(
+            "several distributions offer backend '%s' (%s); using '%s'",
+            name, ", ".join(e.value for e in entries), entries[0].value,
+        )
+    entry = entries[0]
+    dist = getattr(entry, "dist", None)
+    where = f" of distribution '{dist.name}'" if dist is not None else ""
+    target = _Target(f"entry point '{entry.name} = {entry.value}'{where}", entry.load)
+    _REGISTRY[name] = target
+    return target
+
+
+# -- backend directories --------------------------------------------------------------------
+def load_backend_directory(path: str | Path) -> list[str]:
+    """Register the backends of a directory of Python modules; return their names.
+
+    Each ``<name>.py`` or package ``<name>/__init__.py`` is the backend ``<name>``; the
+    module must define ``create_backend``, its factory. Modules are imported on first use;
+    names starting with "_" or "." are skipped. A backend found here replaces a registered
+    or built-in one of the same name, as Triton lets a backend directory replace its
+    bundled backends.
+
+    Raises:
+        InvalidArgumentError: ``path`` is not a directory.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise InvalidArgumentError(
+            f"backend directory '{directory}' does not exist or is not a directory"
+        )
+    names: list[str] = []
+    for entry in sorted(directory.iterdir()):
+        if entry.name.startswith(("_", ".")):
+            continue
+        if entry.is_file() and entry.suffix == ".py":
+            name, module_file, package = entry.stem, entry, False
+        elif entry.is_dir() and (entry / "__init__.py").is_file():
+            name, module_file, package = entry.name, entry / "__init__.py", True
+        else:
+            continue
+        target = _file_target(name, module_file, package)
+        with _LOCK:
+            if name in _REGISTRY:
+                logger.info("backend '%s' from %s replaces the one from %s", name,
+                            target.origin, _REGISTRY[name].origin)
+            _REGISTRY[name] = target
+            _forget(name)
+        names.append(name)
+    logger.info("backend directory %s: %s", directory, ", ".join(names) or "no backends")
+    return names
+
+
+def _file_target(name: str, module_file: Path, package: bool) -> _Target:
+    origin = f"file '{module_file}'"
+
+    def load() -> Any:
+        module = _import_file(f"_infercore_backend_{name}", module_file, package)
+        factory = getattr(module, DIRECTORY_FACTORY, None)
+        if factory is None:
+            raise AttributeError(
+                f"the module defines no '{DIRECTORY_FACTORY}' (the backend's factory)"
+            )
+        return factory
+
+    return _Target(origin, load)
+
+
+def _import_file(module_name: str, module_file: Path, package: bool) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        module_name, module_file,
+        submodule_search_locations=[str(module_file.parent)] if package else None,
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import '{module_file}'")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before running it, so dataclasses, pickling and relative imports of a
+    # package find the module; removed again if it fails, so a fixed file can be retried.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+# -- backend settings (--backend-config) ----------------------------------------------------
+def parse_backend_config(items: Iterable[str]) -> dict[str, dict[str, str]]:
+    """``--backend-config`` values -> {backend name: {setting: value}}.
+
+    Each item is ``<backend>,<setting>=<value>``, or ``<setting>=<value>`` for a setting
+    of every backend (kept under the name "", see ``backend_settings``).
+    """
+    result: dict[str, dict[str, str]] = {}
+    for item in items:
+        head, equals, value = item.partition("=")
+        name, comma, key = head.partition(",")
+        if not comma:
+            name, key = "", head
+        if not equals or not key.strip():
+            raise InvalidArgumentError(
+                f"--backend-config option format is '<backend name>,<setting>=<value>' or "
+                f"'<setting>=<value>', got '{item}'"
+            )
+        result.setdefault(name.strip(), {})[key.strip()] = value
+    return result
+
+
+def backend_settings(
+    configuration: Mapping[str, Mapping[str, str]], name: str
+) -> dict[str, str]:
+    """One backend's settings: the global ones ("") overridden by its own."""
+    merged = dict(configuration.get("", {}))
+    merged.update(configuration.get(name, {}))
+    return merged

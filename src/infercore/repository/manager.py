@@ -20,7 +20,7 @@ from threading import Lock
 from tritonclient.grpc import model_config_pb2
 
 from .. import config as model_config
-from ..backends.base import Backend, ModelContext, get_backend
+from ..backends.base import Backend, ModelContext, backend_settings, get_backend
 from ..errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -241,7 +241,8 @@ class RepositoryManager:
                     "model file was found"
                 )
             config.backend = backend_name
-        backend = None if config.platform == "ensemble" else get_backend(backend_name)
+        backend = (None if config.platform == "ensemble" else get_backend(
+            backend_name, backend_settings(self._backend_configuration, backend_name)))
         if backend is not None and not self._strict and available:
             backend.auto_complete_config(config, source.path, version_dir(source.path,
                                                                           max(available)))
@@ -274,8 +275,8 @@ class RepositoryManager:
             model_dir=source.path,
             version_dir=version_dir(source.path, version),
             repository=source.repository,
-            backend_config=dict(self._backend_configuration.get(
-                backend.name if backend is not None else "", {})),
+            backend_config=backend_settings(self._backend_configuration,
+                                            backend.name if backend is not None else ""),
             infer=self._infer,
         )
         model = LoadedModel(context, backend, self._environment, describe=self._describe)
