@@ -88,6 +88,15 @@ class Model:
     async_infer = infer
 
     # -- descriptions ----------------------------------------------------------------------
+    @property
+    def decoupled(self) -> bool:
+        """Whether the model may send zero or several responses per request."""
+        return self._server._resolve(self.name, self.version).context.decoupled
+
+    @property
+    def max_batch_size(self) -> int:
+        return int(self._server._resolve(self.name, self.version).config.max_batch_size)
+
     def ready(self) -> bool:
         try:
             self._server._resolve(self.name, self.version)

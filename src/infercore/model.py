@@ -9,6 +9,12 @@ waits on a condition with a deadline, never a poll.
 Lifecycle: created -> load() -> serving -> unload() (stop admitting, drain to a deadline,
 cancel the rest, stop the scheduler, join the threads, finalize instances, then the
 backend model).
+
+Observability hooks, each free when unused: ``infer`` reads the model's ``ModelTracer.on``
+(tracing off: that one check) and samples; a traced request's trace hears ``released`` in
+``_release`` and ``settled`` where its outcome is recorded. Failures are counted with
+Triton's reasons. ``pending_count`` is what the scheduler still holds (Triton's
+nv_inference_pending_request_count: received, not yet executing).
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .scheduling.ensemble import EnsembleScheduler, validate_ensemble
 from .scheduling.sequence import SequenceBatcher
-from .stats import ModelStats
+from .stats import CANCELED, OTHER, REJECTED, LatencyWindow, ModelStats
 from .tensor import DataType
+from .trace_record import TracingSender
+from .tracing import Tracer
 from .validation import RequestValidator
 from .warmup import run_warmup, warmup_samples
 
@@ -47,11 +55,22 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ModelEnvironment:
-    """What the server shares with every model: time, the rate limiter, host policies."""
+    """What the server shares with every model: time, the rate limiter, host policies,
+    tracing, and which optional latency figures the metrics configuration asks for."""
 
     clock: Clock = field(default_factory=MonotonicClock)
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)
     host_policies: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    tracer: Tracer = field(default_factory=Tracer)
+    # --metrics-config summary_latencies=true: keep a window of per-request latencies
+    latency_summaries: bool = False
+    # --metrics-config histogram_latencies=true: decoupled models' first-response histogram
+    first_response_histogram: bool = False
+
+
+# Triton's default buckets (ms) of nv_inference_first_response_histogram_ms.
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
 
 
 class LoadedModel:
@@ -73,7 +92,14 @@ class LoadedModel:
         self._describe = describe  # other loaded models' configs (ensemble steps)
         self._environment = environment or ModelEnvironment()
         self._clock = self._environment.clock.now_ns
-        self.stats = ModelStats(self.name, self.version)
+        self.stats = ModelStats(
+            self.name, self.version,
+            latency_window=LatencyWindow() if self._environment.latency_summaries else None,
+            first_response_buckets=(
+                _first_response_buckets(self.config)
+                if self._environment.first_response_histogram and context.decoupled
+                else None))
+        self._trace = self._environment.tracer.for_model(self.name)
         self._validator = RequestValidator(self.config)
         self._backend_model: BackendModel | None = None
         self._instances: list[ModelInstance] = []
@@ -141,12 +167,14 @@ class LoadedModel:
         steps = validate_ensemble(self.config, self._describe)
         self._scheduler = EnsembleScheduler(
             self.config, steps, self.context.infer,  # type: ignore[arg-type]
-            self._record_failure, self._record_success)
+            self._record_ensemble_failure, self._record_success)
         with self._inflight_lock:
             self._accepting = True
 
     def _record_success(self, request: InferRequest) -> None:
         self.stats.record_success(request, self._clock())
+        if request.trace is not None:
+            request.trace.settled()
 
     def _make_scheduler(self, thread_count: int) -> Scheduler:
         if self.config.HasField("sequence_batching"):
@@ -220,9 +248,14 @@ class LoadedModel:
         *,
         raise_on_error: bool = True,
         callback: Callable[[InferResponse | None, bool], None] | None = None,
+        consume_now: bool = False,
     ) -> ResponseStream:
         """Validate and enqueue ``request``; its responses arrive on the returned stream
         (or, with ``callback``, are passed to it on the producing thread).
+
+        ``consume_now``: the caller reads the stream at once (frontends do), so the
+        request is queued without waking an instance thread: the reader runs it inline
+        when it can and wakes a thread only when it cannot.
 
         Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
         """
@@ -230,17 +263,23 @@ class LoadedModel:
         try:
             self._validator.validate(request)
         except InvalidArgumentError:
-            self.stats.record_failure(request, self._clock())
+            self.stats.record_failure(request, self._clock(), REJECTED)
             raise
         except ValueError as exc:  # e.g. a reshape numpy cannot do
-            self.stats.record_failure(request, self._clock())
+            self.stats.record_failure(request, self._clock(), REJECTED)
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
         stream = ResponseStream(request, raise_on_error=raise_on_error, callback=callback)
+        deferred = consume_now and callback is None
         if callback is None:
             stream._runner = self._scheduler
-        request.sender = ResponseSender(request, stream, self.name, self.version, self._release)
+            stream._deferred = deferred
+        if self._trace.on or request.trace is not None:
+            request.sender = self._traced_sender(request, stream)
+        else:
+            request.sender = ResponseSender(request, stream, self.name, self.version,
+                                            self._release)
         if self._decoupled:
-            request.sender.observe_responses(self.stats.record_response)
+            self._observe_responses(request)
         with self._inflight_lock:
             if not self._accepting:
                 raise UnavailableError(
@@ -249,15 +288,47 @@ class LoadedModel:
                 )
             self._inflight[id(request)] = request
         try:
-            self._scheduler.enqueue(request)  # type: ignore[union-attr]
+            self._scheduler.enqueue(request, wake=not deferred)  # type: ignore[union-attr]
         except BaseException:
             # Refused at the door (e.g. a full queue): not in flight, counted as failed.
             self._release(request)
-            self.stats.record_failure(request, self._clock())
+            self.stats.record_failure(request, self._clock(), REJECTED)
+            if request.trace is not None:
+                request.trace.settled()
             raise
         return stream
 
+    def _traced_sender(self, request: InferRequest, stream: ResponseStream) -> ResponseSender:
+        """Sample (a client's request) or adopt the parent's child trace, and bind it."""
+        trace = request.trace
+        if trace is None:
+            trace = self._trace.sample()
+            if trace is None:
+                return ResponseSender(request, stream, self.name, self.version, self._release)
+            request.trace = trace
+        if trace.begin(request, self.name, self.version):  # TENSORS: capture the outputs
+            return TracingSender(trace, request, stream,  # type: ignore[arg-type]
+                                 self.name, self.version, self._release)
+        return ResponseSender(request, stream, self.name, self.version, self._release)
+
+    def _observe_responses(self, request: InferRequest) -> None:
+        """Per-response statistics of a decoupled request (and its first-response time)."""
+        stats = self.stats
+        if not stats.observes_first_response:
+            request.sender.observe_responses(stats.record_response)  # type: ignore[union-attr]
+            return
+        clock = self._clock
+
+        def observe(index: int, infer_ns: int, output_ns: int, kind: str) -> None:
+            stats.record_response(index, infer_ns, output_ns, kind)
+            if index == 0:
+                stats.observe_first_response((clock() - request.request_start_ns) / 1e6)
+
+        request.sender.observe_responses(observe)  # type: ignore[union-attr]
+
     def _release(self, request: InferRequest) -> None:
+        if request.trace is not None:
+            request.trace.released(self._clock())
         with self._inflight_lock:
             if self._inflight.pop(id(request), None) is None:
                 return  # already released (aborted at unload, then answered late)
@@ -265,11 +336,34 @@ class LoadedModel:
                 self._drained.notify_all()
 
     def _record_failure(self, request: InferRequest) -> None:
-        self.stats.record_failure(request, self._clock())
+        """A request the scheduler failed without executing it."""
+        if request.cancelled:
+            reason = CANCELED
+        elif request.timeout_us and request.queue_start_ns and (
+                self._clock() - request.queue_start_ns >= request.timeout_us * 1_000):
+            reason = REJECTED  # "Request timeout expired" in the queue
+        else:
+            reason = OTHER  # e.g. unloaded before it could run, a sequence error
+        self.stats.record_failure(request, self._clock(), reason)
+        if request.trace is not None:
+            request.trace.settled()
+
+    def _record_ensemble_failure(self, request: InferRequest) -> None:
+        # Triton's ensembles report every failure of their own as OTHER (their steps
+        # count theirs with the right reason).
+        self.stats.record_failure(request, self._clock(), OTHER)
+        if request.trace is not None:
+            request.trace.settled()
 
     @property
     def inflight_count(self) -> int:
         return len(self._inflight)
+
+    @property
+    def pending_count(self) -> int:
+        """Requests received and not yet executing (queued in the scheduler)."""
+        scheduler = self._scheduler
+        return 0 if scheduler is None else scheduler.queued_count()
 
     @property
     def instances(self) -> list[ModelInstance]:
@@ -307,6 +401,15 @@ def _backend_threads(
                       group, next_payload, cores[group[0].name])
         for (kind, device), group in by_device.items()
     ]
+
+
+def _first_response_buckets(config: model_config_pb2.ModelConfig) -> tuple[float, ...]:
+    """The first-response histogram's buckets: Triton's defaults, or the model's
+    ``model_metrics`` override for that family."""
+    for control in config.model_metrics.metric_control:
+        if control.metric_identifier.family == FIRST_RESPONSE_FAMILY:
+            return tuple(sorted(set(control.histogram_options.buckets)))
+    return FIRST_RESPONSE_BUCKETS_MS
 
 
 def _read_labels(context: ModelContext) -> dict[str, list[str]]:

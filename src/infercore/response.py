@@ -35,6 +35,10 @@ class InlineRunner(Protocol):
         """Execute the still-queued request on the calling thread; False if it cannot."""
         ...
 
+    def dispatch(self, request: InferRequest) -> None:
+        """Wake an instance thread for a request queued without waking one."""
+        ...
+
 
 class InferResponse:
     """One response of a request: outputs or an error, and whether it is the last one."""
@@ -79,7 +83,7 @@ class ResponseStream:
     """
 
     __slots__ = ("_request", "_raise_on_error", "_lock", "_items", "_done", "_waiter",
-                 "_future", "_runner", "_callback", "__weakref__")
+                 "_future", "_runner", "_deferred", "_callback", "__weakref__")
 
     def __init__(
         self,
@@ -97,6 +101,9 @@ class ResponseStream:
         self._future: asyncio.Future[None] | None = None
         # Set by the model when a blocked sync consumer may run the request itself.
         self._runner: InlineRunner | None = None
+        # True when the request was queued without waking an instance thread: whoever
+        # consumes first must run it inline or dispatch it.
+        self._deferred = False
         # Callback mode: every response (and the final flag) goes to the callback, on the
         # producer's thread, in order; nothing is queued for iteration.
         self._callback = callback
@@ -169,8 +176,11 @@ class ResponseStream:
                 if self._done:
                     return None
                 runner, self._runner = self._runner, None
-            if runner is not None and deadline is None and runner.run_inline(self._request):
-                continue  # executed on this thread; its responses are queued
+            if runner is not None:
+                if deadline is None and runner.run_inline(self._request):
+                    continue  # executed on this thread; its responses are queued
+                if self._deferred:
+                    runner.dispatch(self._request)
             with lock:
                 if self._items:
                     return self._take()
@@ -215,8 +225,11 @@ class ResponseStream:
                 if self._done:
                     raise StopAsyncIteration
                 runner, self._runner = self._runner, None
-            if runner is not None and runner.run_inline(self._request, on_loop=True):
-                continue  # a short execution ran on this loop's thread
+            if runner is not None:
+                if runner.run_inline(self._request, on_loop=True):
+                    continue  # a short execution ran on this loop's thread
+                if self._deferred:
+                    runner.dispatch(self._request)
             with self._lock:
                 if self._items:
                     return self._take()

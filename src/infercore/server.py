@@ -19,9 +19,10 @@ from types import TracebackType
 from typing import Any
 
 from ._version import __version__
-from .errors import InternalError, InvalidArgumentError, UnavailableError
+from .errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from .handle import Model
 from .logs import LogSettings, LogSettingsManager
+from .metrics import MetricsSettings, ServerMetrics
 from .model import LoadedModel, ModelEnvironment
 from .options import ModelControlMode, Options
 from .rate_limiter import RateLimiter
@@ -30,7 +31,7 @@ from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
 from .response import InferResponse, ResponseStream
 from .stats import ModelStatistics
-from .tracing import TraceSettingsStore
+from .tracing import Tracer
 
 __all__ = ["Server"]
 
@@ -51,6 +52,11 @@ class Server:
         if options is not None and kwargs:
             raise InvalidArgumentError("pass either an Options object or keyword options")
         self.options = options if options is not None else Options(**kwargs)
+        metrics = MetricsSettings.from_configuration(
+            self.options.metrics_configuration, enabled=self.options.metrics,
+            cpu=self.options.cpu_metrics, gpu=self.options.gpu_metrics,
+            interval_ms=self.options.metrics_interval)
+        self._tracer = Tracer(self.options.trace_config)
         self._manager = RepositoryManager(
             self.options.repositories,
             infer=self.infer,
@@ -62,8 +68,12 @@ class Server:
                 rate_limiter=RateLimiter(self.options.rate_limiter_mode,
                                          self.options.rate_limiter_resources),
                 host_policies=self.options.host_policies,
+                tracer=self._tracer,
+                latency_summaries=metrics.enabled and metrics.summary_latencies,
+                first_response_histogram=metrics.enabled and metrics.histogram_latencies,
             ),
         )
+        self._metrics = ServerMetrics(metrics, self._manager.loaded)
         self._state_lock = threading.Lock()
         self._started = False
         self._stopped = False
@@ -75,7 +85,6 @@ class Server:
             log_file=self.options.log_file,
             log_format=self.options.log_format,
         ))
-        self._traces = TraceSettingsStore()
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "started" if self._started else "created"
@@ -121,6 +130,7 @@ class Server:
                 return
             self._stopped = True
         self._manager.unload_all(timeout=float(self.options.exit_timeout))
+        self._tracer.close()  # writes what the trace files still hold
         self._logs.close()
 
     async def astart(self, *, wait_until_ready: bool = False) -> Server:
@@ -188,15 +198,21 @@ class Server:
         *,
         raise_on_error: bool = True,
         callback: Callable[[InferResponse | None, bool], None] | None = None,
+        consume_now: bool = False,
     ) -> ResponseStream:
         """Run a request built by the caller (frontends do this); see ``Model.infer``.
+
+        ``consume_now=True`` promises that the caller awaits or iterates the stream right
+        away: the request then crosses no thread when an instance is free (the reader runs
+        it), and no instance thread is woken in vain. A stream taken this way must be read.
 
         With ``callback``, each response is passed to ``callback(response, final)`` on the
         thread that produced it, in order (``response`` is None for a bare final flag),
         instead of being queued on the stream; the callback must not block.
         """
         loaded = self._resolve(request.model_name, request.model_version)
-        return loaded.infer(request, raise_on_error=raise_on_error, callback=callback)
+        return loaded.infer(request, raise_on_error=raise_on_error, callback=callback,
+                            consume_now=consume_now)
 
     def _resolve(self, name: str, version: int) -> LoadedModel:
         if not self._started or self._stopped:
@@ -252,11 +268,24 @@ class Server:
 
     def trace_settings(self, model: str = "") -> dict[str, Any]:
         """Trace settings in force for ``model`` (global ones for "")."""
-        return self._traces.get(model)
+        return self._tracer.settings(model)
 
     def update_trace_settings(self, model: str = "", **changes: Any) -> dict[str, Any]:
-        """Change trace settings, globally or for one model (None clears an override)."""
-        return self._traces.update(changes, model)
+        """Change trace settings, globally or for one model (None clears an override).
+
+        New settings start new sampling counters; traces already running finish under
+        the settings they started with."""
+        return self._tracer.update(changes, model)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def metrics(self, metric_format: str = "prometheus") -> str:
+        """Server and custom metrics in Prometheus text format (what /metrics serves).
+
+        With ``Options.metrics`` false only the custom metrics are reported.
+        """
+        if str(getattr(metric_format, "name", metric_format)).lower() != "prometheus":
+            raise UnsupportedError(f"unsupported metric format '{metric_format}'")
+        return self._metrics.render()
 
     def _require_running(self) -> None:
         if not self.live():

@@ -114,3 +114,29 @@ async def test_event_loop_never_runs_slow_executions_inline(who):
         await model.async_infer(inputs=X)
         ticker.cancel()
         assert ticks > 1
+
+
+def _request() -> "InferRequest":
+    from infercore import InferRequest, Tensor
+
+    return InferRequest("who", {"X": Tensor.from_numpy(np.array([1], np.int32))})
+
+
+def test_consume_now_runs_inline_without_waking_the_instance_thread(who):
+    with who() as server:
+        stream = server.infer(_request(), consume_now=True)
+        assert _thread_of(stream.result()) == threading.current_thread().name
+
+
+def test_consume_now_dispatches_when_the_reader_cannot_run_it(who):
+    with who() as server:
+        # a reader with a timeout never runs inline: the request must still be dispatched
+        stream = server.infer(_request(), consume_now=True)
+        assert _thread_of(stream.result(timeout=10)) == "infercore-who-who_0_0"
+
+
+async def test_consume_now_from_an_event_loop_dispatches_unknown_models(who):
+    async with who() as server:
+        # the model's execution time is still unknown: the loop must not run it
+        response = await server.infer(_request(), consume_now=True)
+        assert _thread_of(response) == "infercore-who-who_0_0"

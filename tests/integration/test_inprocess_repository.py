@@ -282,3 +282,9 @@ def test_server_statistics_cover_every_ready_model(add_sub_repo, add_sub_source)
         names = [(s.name, s.version, s.inference_count) for s in server.statistics()]
         assert names == [("add_sub", 1, 1), ("add_sub_copy", 1, 0)]
         assert [s.name for s in server.statistics("add_sub_copy")] == ["add_sub_copy"]
+
+
+def test_model_handle_describes_batching_and_decoupling(add_sub_repo):
+    with Server(model_repository=add_sub_repo.path) as server:
+        assert server.model("add_sub").max_batch_size == 8
+        assert server.model("add_sub").decoupled is False

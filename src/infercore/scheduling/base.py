@@ -20,8 +20,16 @@ __all__ = ["Scheduler"]
 
 
 class Scheduler(Protocol):
-    def enqueue(self, request: InferRequest) -> None:
-        """Accept a validated request (its sender set); answer it later through the sender."""
+    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
+        """Accept a validated request (its sender set); answer it later through the sender.
+
+        ``wake=False``: its consumer will first try to run it inline and calls
+        ``dispatch`` if that fails, so no instance thread is woken for nothing.
+        """
+        ...
+
+    def dispatch(self, request: InferRequest) -> None:
+        """Hand a request enqueued with ``wake=False`` to the instance threads."""
         ...
 
     def attach(self, instances: Sequence[ModelInstance]) -> None:

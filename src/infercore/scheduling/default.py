@@ -61,13 +61,18 @@ class DefaultScheduler:
         """The instances a blocked caller may borrow to run its own request inline."""
         self._inline_instances = tuple(instances)
 
-    def enqueue(self, request: InferRequest) -> None:
+    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
         if self._stopped:
             raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
         request.queue_start_ns = self._clock()
         self._queued[id(request)] = request
         request.on_cancel(partial(self._cancel_queued, request))
-        self._queue.put(request)
+        if wake:
+            self._queue.put(request)
+
+    def dispatch(self, request: InferRequest) -> None:
+        if id(request) in self._queued:
+            self._queue.put(request)
 
     def next_payload(self) -> Payload | None:
         get = self._queue.get

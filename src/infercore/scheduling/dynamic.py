@@ -72,7 +72,7 @@ class DynamicBatcher:
     def attach(self, instances: Sequence[ModelInstance]) -> None:
         self._inline_instances = tuple(instances)
 
-    def enqueue(self, request: InferRequest) -> None:
+    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
         with self._cond:
             if self._stopped:
                 raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
@@ -82,8 +82,13 @@ class DynamicBatcher:
             if self._preserve_ordering:
                 self._seq[id(request)] = self._next_seq
                 self._next_seq += 1
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
         request.on_cancel(lambda: self._cancel(request))
+
+    def dispatch(self, request: InferRequest) -> None:
+        with self._cond:
+            self._cond.notify()
 
     def _cancel(self, request: InferRequest) -> None:
         with self._cond:

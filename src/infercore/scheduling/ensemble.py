@@ -31,6 +31,7 @@ from ..errors import CancelledError, InvalidArgumentError, TritonError
 from ..request import InferRequest
 from ..response import InferResponse, ResponseStream
 from ..tensor import Tensor
+from ..trace_record import NO_TRACE
 
 __all__ = ["EnsembleScheduler", "EnsembleStep", "validate_ensemble"]
 
@@ -193,7 +194,10 @@ class EnsembleScheduler:
     def drain(self) -> None:
         pass
 
-    def enqueue(self, request: InferRequest) -> None:
+    def dispatch(self, request: InferRequest) -> None:
+        pass  # enqueue always hands the request on
+
+    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
         run = _Run(request)
         request.on_cancel(lambda: self._cancel(run))
         with run.lock:
@@ -237,6 +241,10 @@ class EnsembleScheduler:
             sequence_start=request.sequence_start,
             sequence_end=request.sequence_end,
         )
+        # A traced ensemble request traces its steps as children; an untraced one's steps
+        # are never sampled on their own (Triton samples only clients' requests).
+        parent = request.trace
+        step_request.trace = NO_TRACE if parent is None else parent.spawn_child()
 
         def on_response(response: InferResponse | None, final: bool) -> None:
             self._on_step_response(run, step, fork, response, final)

@@ -177,7 +177,10 @@ class SequenceBatcher:
         """Always False: a request runs on its sequence's instance, after its predecessors."""
         return False
 
-    def enqueue(self, request: InferRequest) -> None:
+    def dispatch(self, request: InferRequest) -> None:
+        pass  # enqueue always hands the request on
+
+    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
         """Queue ``request`` on its sequence; a request that cannot belong to one is
         answered with the error at once, through its sender (raising here would leave it
         counted in flight by the model, which only a response releases)."""
