@@ -1,0 +1,393 @@
+"""The KServe v2 gRPC frontend with Triton's extensions: flags and lifecycle.
+
+``add_arguments`` adds tritonserver's gRPC flags to ``infercore serve``; ``from_args``
+builds the frontend they ask for. ``GrpcFrontend`` serves one Server with grpc.aio's
+server (C-core transport) and the ``inference.GRPCInferenceService`` messages from
+tritonclient, plus grpc.health.v1's Check, as tritonserver does.
+
+Threads: ``start`` and ``stop`` run on the owner's thread. The frontend owns one thread,
+``infercore-grpc``, running the event loop on which every RPC is handled (grpc's own
+C-core threads feed it), and a small pool, ``infercore-grpc-repository-*``, for the
+blocking model load/unload RPCs. It starts both and joins both.
+
+Shutdown (``stop(timeout)``): stop accepting connections and new requests on open
+streams, let in-flight RPCs finish within ``timeout`` seconds, cancel the rest (which
+cancels their inference requests), close the loop and join the threads.
+
+States: created -> started (listening) -> stopped. A stopped frontend cannot restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from ..errors import InvalidArgumentError
+from ..server import Server
+from .grpc_infer import InferService
+from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
+from .grpc_stream import StreamSession
+from .shm import SystemSharedMemory, registry_for
+
+__all__ = ["GrpcFrontend", "GrpcOptions", "add_arguments", "from_args"]
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_SIZE = 2**31 - 1  # tritonserver's fixed limit (INT32_MAX), tritonclient's too
+
+# --grpc-infer-response-compression-level -> the algorithm gRPC core picks for that level
+# when the peer accepts gzip and deflate (as every gRPC client does): low is gzip, medium
+# and high are deflate. grpc's Python API sets an algorithm per call, not a level.
+COMPRESSION_LEVELS = {
+    "none": None,
+    "low": grpc.Compression.Gzip,
+    "medium": grpc.Compression.Deflate,
+    "high": grpc.Compression.Deflate,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcOptions:
+    """How the gRPC frontend listens; defaults are tritonserver's."""
+
+    address: str = "0.0.0.0"
+    port: int = 8001  # 0 picks a free port (see GrpcFrontend.port)
+    reuse_port: bool = False
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False  # implies use_ssl, and requires client certificates
+    server_cert: str = ""  # PEM files
+    server_key: str = ""
+    root_cert: str = ""
+    response_compression: str = "none"  # a key of COMPRESSION_LEVELS
+    header_forward_pattern: str = ""  # regex: matching headers become request parameters
+    max_message_size: int = MAX_MESSAGE_SIZE  # bytes, both directions
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    max_connection_age_ms: int = 0  # 0: unlimited
+    max_connection_age_grace_ms: int = 0  # 0: unlimited
+    repository_thread_count: int = 4  # threads for blocking load / unload RPCs
+
+    def channel_args(self) -> list[tuple[str, Any]]:
+        """The gRPC core server arguments these options stand for."""
+        args: list[tuple[str, Any]] = [
+            ("grpc.so_reuseport", int(self.reuse_port)),
+            ("grpc.max_receive_message_length", self.max_message_size),
+            ("grpc.max_send_message_length", self.max_message_size),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", int(self.keepalive_permit_without_calls)),
+            ("grpc.http2.max_pings_without_data", self.http2_max_pings_without_data),
+            ("grpc.http2.min_ping_interval_without_data_ms",
+             self.http2_min_recv_ping_interval_without_data_ms),
+            ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
+        ]
+        if self.max_connection_age_ms:
+            args.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
+        if self.max_connection_age_grace_ms:
+            args.append(("grpc.max_connection_age_grace_ms", self.max_connection_age_grace_ms))
+        return args
+
+    def credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials from the PEM files, or None for plaintext.
+
+        Raises InvalidArgumentError for missing flags and OSError for unreadable files.
+        """
+        if not (self.use_ssl or self.use_ssl_mutual):
+            return None
+        if not (self.server_cert and self.server_key):
+            raise InvalidArgumentError(
+                "gRPC SSL needs --grpc-server-cert and --grpc-server-key")
+        if self.use_ssl_mutual and not self.root_cert:
+            raise InvalidArgumentError(
+                "gRPC mutual SSL needs --grpc-root-cert to verify client certificates")
+        key = Path(self.server_key).read_bytes()
+        cert = Path(self.server_cert).read_bytes()
+        root = Path(self.root_cert).read_bytes() if self.root_cert else None
+        return grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=root, require_client_auth=self.use_ssl_mutual)
+
+
+# -- flags ---------------------------------------------------------------------------------
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
+
+
+def _int(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _int(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"port must be in [0, 65535], got {value}")
+    return int(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """tritonserver's gRPC flags (``--grpc-restricted-protocol`` comes with access control)."""
+    defaults = GrpcOptions()
+    group = parser.add_argument_group("gRPC frontend (KServe v2 + Triton extensions)")
+    add = group.add_argument
+    add("--allow-grpc", type=_bool, default=True, metavar="BOOL",
+        help="serve gRPC (default true)")
+    add("--grpc-port", type=_port, default=defaults.port, metavar="PORT")
+    add("--grpc-address", default=defaults.address, metavar="ADDRESS")
+    add("--reuse-grpc-port", type=_bool, default=False, metavar="BOOL",
+        help="let several servers bind the gRPC port (SO_REUSEPORT)")
+    add("--grpc-header-forward-pattern", default="", metavar="REGEX",
+        help="forward request headers whose name matches as inference request parameters")
+    add("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
+    add("--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL",
+        help="TLS with client certificates; implies --grpc-use-ssl")
+    add("--grpc-server-cert", default="", metavar="PEM")
+    add("--grpc-server-key", default="", metavar="PEM")
+    add("--grpc-root-cert", default="", metavar="PEM",
+        help="CA certificate that client certificates must chain to (mutual TLS)")
+    add("--grpc-infer-response-compression-level", default="none",
+        choices=list(COMPRESSION_LEVELS), metavar="LEVEL",
+        help="compress inference responses: none (default), low, medium or high")
+    add("--grpc-max-message-size", type=_int(1), default=MAX_MESSAGE_SIZE, metavar="BYTES",
+        help="largest message received or sent (infercore flag; tritonserver fixes it at "
+             "2^31-1, the default)")
+    add("--grpc-keepalive-time", type=_int(1), default=defaults.keepalive_time_ms,
+        metavar="MS", help="idle time before a keepalive ping (default 7200000)")
+    add("--grpc-keepalive-timeout", type=_int(1), default=defaults.keepalive_timeout_ms,
+        metavar="MS", help="wait for a ping's acknowledgement (default 20000)")
+    add("--grpc-keepalive-permit-without-calls", type=_bool, default=False, metavar="BOOL",
+        help="allow keepalive pings with no call in flight (default false)")
+    add("--grpc-http2-max-pings-without-data", type=_int(0),
+        default=defaults.http2_max_pings_without_data, metavar="N",
+        help="pings sent without data before more are held back (0: no limit; default 2)")
+    add("--grpc-http2-min-recv-ping-interval-without-data", type=_int(0),
+        default=defaults.http2_min_recv_ping_interval_without_data_ms, metavar="MS",
+        help="shorter intervals between received pings are strikes (default 300000)")
+    add("--grpc-http2-max-ping-strikes", type=_int(0), default=defaults.http2_max_ping_strikes,
+        metavar="N", help="strikes before GOAWAY (0: no limit; default 2)")
+    add("--grpc-max-connection-age", type=_int(0), default=0, metavar="MS",
+        help="close connections older than this (default: no limit)")
+    add("--grpc-max-connection-age-grace", type=_int(0), default=0, metavar="MS",
+        help="time for a connection's calls to end after its max age (default: no limit)")
+    # Tuning knobs of tritonserver's C++ handlers, which this frontend does not have:
+    # accepted so that tritonserver command lines keep working, without effect.
+    for flag in ("--grpc-infer-allocation-pool-size", "--grpc-infer-thread-count",
+                 "--grpc-max-response-pool-size"):
+        add(flag, type=_int(1), default=None, metavar="N",
+            help="accepted for compatibility; no effect")
+
+
+def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:
+    """The frontend ``args`` ask for, or None with ``--allow-grpc=false``."""
+    if not args.allow_grpc:
+        return None
+    return GrpcFrontend(server, GrpcOptions(
+        address=args.grpc_address, port=args.grpc_port, reuse_port=args.reuse_grpc_port,
+        use_ssl=args.grpc_use_ssl, use_ssl_mutual=args.grpc_use_ssl_mutual,
+        server_cert=args.grpc_server_cert, server_key=args.grpc_server_key,
+        root_cert=args.grpc_root_cert,
+        response_compression=args.grpc_infer_response_compression_level,
+        header_forward_pattern=args.grpc_header_forward_pattern,
+        max_message_size=args.grpc_max_message_size,
+        keepalive_time_ms=args.grpc_keepalive_time,
+        keepalive_timeout_ms=args.grpc_keepalive_timeout,
+        keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+        http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+        http2_min_recv_ping_interval_without_data_ms=(
+            args.grpc_http2_min_recv_ping_interval_without_data),
+        http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+        max_connection_age_ms=args.grpc_max_connection_age,
+        max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+    ))
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is Linux/macOS only; asyncio's loop works, a bit slower
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+# -- the frontend --------------------------------------------------------------------------
+class GrpcFrontend:
+    """Serves ``server`` over gRPC until ``stop``; ``start`` returns once listening."""
+
+    def __init__(self, server: Server, options: GrpcOptions | None = None,
+                 shared_memory: SystemSharedMemory | None = None) -> None:
+        self._server = server
+        self.options = options or GrpcOptions()
+        if self.options.response_compression not in COMPRESSION_LEVELS:
+            raise InvalidArgumentError(
+                f"invalid gRPC response compression level "
+                f"'{self.options.response_compression}', expected one of "
+                + ", ".join(COMPRESSION_LEVELS))
+        # HTTP and gRPC see the same registered regions: one registry per server.
+        self._shm = shared_memory if shared_memory is not None else registry_for(server)
+        self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested: asyncio.Event | None = None
+        self._listening = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stop_timeout = 0.0
+        self._accepting = False  # new requests on open streams; read on the loop thread
+        self._port = 0
+        self._state_lock = threading.Lock()
+        self._state = "created"
+
+    def __repr__(self) -> str:
+        return (f"GrpcFrontend(address={self.options.address!r}, port={self._port}, "
+                f"{self._state})")
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the one the OS chose when options.port is 0)."""
+        return self._port
+
+    def start(self) -> None:
+        """Listen and serve; raises OSError when the address cannot be bound."""
+        with self._state_lock:
+            if self._state != "created":
+                raise InvalidArgumentError(f"the gRPC frontend is {self._state}")
+            self._state = "started"
+        self._executor = ThreadPoolExecutor(self.options.repository_thread_count,
+                                            thread_name_prefix="infercore-grpc-repository")
+        self._thread = threading.Thread(target=self._run, name="infercore-grpc", daemon=True)
+        self._thread.start()
+        self._listening.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            self._executor.shutdown(wait=False)
+            with self._state_lock:
+                self._state = "stopped"
+            raise self._start_error
+        logger.info("Started GRPCInferenceService at %s:%d", self.options.address, self._port)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop accepting, finish in-flight RPCs within ``timeout`` s, cancel the rest."""
+        with self._state_lock:
+            if self._state != "started":
+                self._state = "stopped"
+                return
+            self._state = "stopped"
+        self._stop_timeout = max(0.0, timeout)
+        loop, stop_requested = self._loop, self._stop_requested
+        if loop is not None and stop_requested is not None:
+            try:
+                loop.call_soon_threadsafe(stop_requested.set)
+            except RuntimeError:  # the loop already ended (it failed): just join
+                pass
+        assert self._thread is not None and self._executor is not None
+        self._thread.join(self._stop_timeout + 5.0)
+        if self._thread.is_alive():
+            logger.error("the gRPC frontend's thread did not stop in time")
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> GrpcFrontend:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- the loop thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        loop = _new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
+            if not self._listening.is_set():
+                self._start_error = exc
+            else:
+                logger.exception("the gRPC frontend stopped on an error")
+        finally:
+            self._listening.set()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+    async def _serve(self) -> None:
+        options = self.options
+        self._stop_requested = asyncio.Event()
+        server = grpc.aio.server(options=options.channel_args())
+        # Registered (not generic) handlers: gRPC core matches the method itself, sparing
+        # a Python lookup per call.
+        server.add_registered_method_handlers(SERVICE, self._service_handlers())
+        server.add_registered_method_handlers(HEALTH_SERVICE, health_handlers(self._server))
+        host = options.address
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # an IPv6 address
+        address = f"{host}:{options.port}"
+        credentials = options.credentials()
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError as exc:  # grpc reports a failed bind this way
+            raise OSError(f"Socket '{address}' already in use: {exc}") from None
+        if not port:
+            raise OSError(f"Socket '{address}' already in use")
+        await server.start()
+        self._port = port
+        self._accepting = True
+        self._listening.set()
+        try:
+            await self._stop_requested.wait()
+        finally:
+            self._accepting = False
+            # Refuses new calls at once, lets running ones finish until the grace period
+            # ends, then cancels them (their handlers cancel the engine requests).
+            await server.stop(self._stop_timeout)
+
+    def _service_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        assert self._executor is not None
+        options = self.options
+        infer = InferService(self._server, self._shm,
+                             compression=COMPRESSION_LEVELS[options.response_compression],
+                             header_forward_pattern=options.header_forward_pattern)
+        handlers = CommonService(self._server, self._shm, self._executor).handlers()
+        handlers["ModelInfer"] = infer.handler()
+        forward, compression = infer.forward_pattern, infer.compression
+
+        async def stream_infer(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            if compression is not None:
+                context.set_compression(compression)
+            session = StreamSession(self._server, self._shm, context,
+                                    accepting=lambda: self._accepting, forward=forward)
+            await session.run(requests)
+
+        # No request deserializer: each session parses requests itself (bad ones are
+        # answered in-band).
+        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+            stream_infer, response_serializer=pb.ModelStreamInferResponse.SerializeToString)
+        return handlers

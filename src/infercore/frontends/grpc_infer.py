@@ -1,0 +1,141 @@
+"""ModelInfer: one request in, one response out; the gRPC frontend's hot path.
+
+The handler receives the serialized request (grpc does no deserialization, so a malformed
+message becomes INVALID_ARGUMENT rather than an unexpected handler error), looks the model
+up first (an unknown model is NOT_FOUND whatever the body holds, as in Triton), decodes
+the request, and awaits the engine's ResponseStream. Awaiting lets the engine execute a
+short model inline on this thread, so a typical request never crosses threads; a long one
+parks this coroutine on a future its instance thread resolves.
+
+Threads: everything here runs on the frontend's event-loop thread. Cancelling the RPC
+(client cancel, deadline, shutdown) cancels the awaiting coroutine, and through the
+stream the engine request.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
+
+from ..errors import InternalError, InvalidArgumentError, UnsupportedError
+from ..handle import Model
+from ..response import InferResponse
+from ..server import Server
+from .grpc_codec import DecodedRequest, decode_request, parse_version
+from .grpc_encode import LabelsFor, encode_response, serialize_response
+from .kserve import as_triton_error, grpc_status
+from .shm import SystemSharedMemory
+
+__all__ = ["InferService", "Prepared", "prepare"]
+
+_DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+_parse = pb.ModelInferRequest.FromString
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A decoded request and what answering it needs from its model."""
+
+    decoded: DecodedRequest
+    model: Model
+    decoupled: bool
+    batched: bool  # max_batch_size > 0: classification works per batch item
+
+    def labels_for(self) -> LabelsFor | None:
+        """The classification label lookup, when some output asks for classification."""
+        if not self.decoded.outputs:
+            return None
+        model, batched = self.model, self.batched
+        return lambda output: (model.labels(output), batched)
+
+
+def parse_request(data: bytes) -> pb.ModelInferRequest:
+    try:
+        return _parse(data)
+    except DecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the inference request: {exc}") from None
+
+
+def prepare(server: Server, shm: SystemSharedMemory, msg: pb.ModelInferRequest,
+            forward: re.Pattern[str] | None = None,
+            metadata: tuple[tuple[str, str | bytes], ...] | None = None) -> Prepared:
+    """Resolve the model of ``msg`` and decode it; raises the error to answer with.
+
+    ``forward`` names request headers (from ``metadata``) to pass on as string
+    parameters, as tritonserver's ``--grpc-header-forward-pattern`` does.
+    """
+    model = server.model(msg.model_name, parse_version(msg.model_version))
+    decoupled = model.decoupled  # raises NotFoundError / UnavailableError first
+    batching = model.max_batch_size > 0
+    decoded = decode_request(msg, shm)
+    if forward is not None and metadata:
+        parameters = decoded.request.parameters
+        for key, value in metadata:
+            if forward.search(key):
+                parameters[key] = value if isinstance(value, str) else value.decode("latin-1")
+    return Prepared(decoded, model, decoupled, batching)
+
+
+class InferService:
+    """The ModelInfer RPC."""
+
+    def __init__(self, server: Server, shm: SystemSharedMemory, *,
+                 compression: grpc.Compression | None = None,
+                 header_forward_pattern: str = "") -> None:
+        self._server = server
+        self._shm = shm
+        self._compression = compression
+        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+
+    @property
+    def forward_pattern(self) -> re.Pattern[str] | None:
+        return self._forward
+
+    @property
+    def compression(self) -> grpc.Compression | None:
+        return self._compression
+
+    def handler(self) -> grpc.RpcMethodHandler:
+        # Bytes in, bytes out: model_infer parses the request itself (see module doc) and
+        # returns the serialized response.
+        return grpc.unary_unary_rpc_method_handler(self.model_infer)
+
+    async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            prepared = prepare(
+                self._server, self._shm, parse_request(data), self._forward,
+                context.invocation_metadata() if self._forward is not None else None)
+            if prepared.decoupled:
+                raise UnsupportedError(_DECOUPLED)
+            # consume_now: awaited right below, so no instance thread is woken in vain
+            stream = self._server.infer(prepared.decoded.request, raise_on_error=False,
+                                        consume_now=True)
+            try:
+                # Not decoupled: the first response is the final one.
+                response = await anext(stream)
+            except StopAsyncIteration:
+                raise InternalError("expected a single response, got 0") from None
+            if response.error is not None:
+                raise response.error
+            serialized = self._serialize(response, prepared)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            error = as_triton_error(exc)
+            await context.abort(grpc_status(error), error.message)
+            raise  # not reached: abort raises
+        if self._compression is not None:
+            context.set_compression(self._compression)
+        return serialized
+
+    def _serialize(self, response: InferResponse, prepared: Prepared) -> bytes:
+        specs = prepared.decoded.outputs
+        if specs is None:
+            serialized = serialize_response(response)  # the common case, written directly
+            if serialized is not None:
+                return serialized
+        out = pb.ModelInferResponse()
+        encode_response(response, out, specs, self._shm, prepared.labels_for())
+        return out.SerializeToString()

@@ -1,0 +1,390 @@
+"""The non-inference RPCs of GRPCInferenceService, and grpc.health.v1's Check.
+
+Health, metadata, model configuration, statistics, the model repository, system and CUDA
+shared memory, trace settings and log settings, each answered as Triton's gRPC frontend
+answers them (same fields, same status codes, close to the same error texts).
+
+Threads: every method runs on the frontend's event-loop thread. All of them return at
+once except RepositoryModelLoad / RepositoryModelUnload, which block while a model loads
+or drains and therefore run on the frontend's repository executor. Errors become gRPC
+statuses through ``kserve.grpc_status``, the project's one mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
+
+from ..errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from ..server import Server
+from ..stats import Duration, ModelStatistics
+from .grpc_codec import parse_version
+from .kserve import as_triton_error, grpc_status
+from .shm import SystemSharedMemory
+
+__all__ = ["FRONTEND_EXTENSIONS", "HEALTH_SERVICE", "SERVICE", "CommonService",
+           "health_handlers"]
+
+SERVICE = "inference.GRPCInferenceService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
+
+# Protocol extensions the network frontends add to the engine's own list.
+FRONTEND_EXTENSIONS = ("classification", "sequence", "model_repository",
+                       "model_repository(unload_dependents)", "schedule_policy",
+                       "system_shared_memory", "binary_tensor_data", "trace", "logging")
+
+_LOG_TYPES = {"log_file": "string_param", "log_info": "bool_param",
+              "log_warning": "bool_param", "log_error": "bool_param",
+              "log_verbose_level": "uint32_param", "log_format": "string_param"}
+_LOG_TYPE_NAMES = {"string_param": "string", "bool_param": "boolean", "uint32_param": "int32"}
+
+
+def _rpc(method: Callable[[Any, Any], Any]) -> Callable[[Any, Any, grpc.aio.ServicerContext],
+                                                          Awaitable[Any]]:
+    """Run ``method(self, request)`` (sync or async); its errors become gRPC statuses."""
+
+    @functools.wraps(method)
+    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            result = method(self, request)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            error = as_triton_error(exc)
+            await context.abort(grpc_status(error), error.message)
+
+    return handler
+
+
+class CommonService:
+    """Answers the RPCs that do not run inference."""
+
+    def __init__(self, server: Server, shm: SystemSharedMemory, repository: Executor) -> None:
+        self._server = server
+        self._shm = shm
+        self._repository = repository  # where blocking load / unload calls run
+
+    def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        """The method handlers of this service, by RPC name."""
+
+        def unary(method: Callable[..., Any], request: Any, response: Any
+                  ) -> grpc.RpcMethodHandler:
+            parse = request.FromString
+
+            # Requests arrive as bytes and are parsed here: grpc's own deserializer would
+            # answer a malformed message with UNKNOWN and log a traceback.
+            async def handler(data: bytes, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    message = parse(data)
+                except DecodeError as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"failed to parse the request: {exc}")
+                return await method(message, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                handler, response_serializer=response.SerializeToString)
+
+        table = {
+            "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
+            "ServerReady": (self.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
+            "ModelReady": (self.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+            "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest,
+                               pb.ServerMetadataResponse),
+            "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest,
+                              pb.ModelMetadataResponse),
+            "ModelConfig": (self.model_config, pb.ModelConfigRequest, pb.ModelConfigResponse),
+            "ModelStatistics": (self.model_statistics, pb.ModelStatisticsRequest,
+                                pb.ModelStatisticsResponse),
+            "RepositoryIndex": (self.repository_index, pb.RepositoryIndexRequest,
+                                pb.RepositoryIndexResponse),
+            "RepositoryModelLoad": (self.repository_model_load, pb.RepositoryModelLoadRequest,
+                                    pb.RepositoryModelLoadResponse),
+            "RepositoryModelUnload": (self.repository_model_unload,
+                                      pb.RepositoryModelUnloadRequest,
+                                      pb.RepositoryModelUnloadResponse),
+            "SystemSharedMemoryStatus": (self.system_shm_status,
+                                         pb.SystemSharedMemoryStatusRequest,
+                                         pb.SystemSharedMemoryStatusResponse),
+            "SystemSharedMemoryRegister": (self.system_shm_register,
+                                           pb.SystemSharedMemoryRegisterRequest,
+                                           pb.SystemSharedMemoryRegisterResponse),
+            "SystemSharedMemoryUnregister": (self.system_shm_unregister,
+                                             pb.SystemSharedMemoryUnregisterRequest,
+                                             pb.SystemSharedMemoryUnregisterResponse),
+            "CudaSharedMemoryStatus": (self.cuda_shm_status, pb.CudaSharedMemoryStatusRequest,
+                                       pb.CudaSharedMemoryStatusResponse),
+            "CudaSharedMemoryRegister": (self.cuda_shm_register,
+                                         pb.CudaSharedMemoryRegisterRequest,
+                                         pb.CudaSharedMemoryRegisterResponse),
+            "CudaSharedMemoryUnregister": (self.cuda_shm_unregister,
+                                           pb.CudaSharedMemoryUnregisterRequest,
+                                           pb.CudaSharedMemoryUnregisterResponse),
+            "TraceSetting": (self.trace_setting, pb.TraceSettingRequest,
+                             pb.TraceSettingResponse),
+            "LogSettings": (self.log_settings, pb.LogSettingsRequest, pb.LogSettingsResponse),
+        }
+        return {name: unary(*entry) for name, entry in table.items()}
+
+    # -- health and metadata -----------------------------------------------------------------
+    @_rpc
+    def server_live(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._server.live())
+
+    @_rpc
+    def server_ready(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._server.ready())
+
+    @_rpc
+    def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        # As Triton: an unknown model is not an error here, only not ready.
+        version = parse_version(request.version)
+        return pb.ModelReadyResponse(ready=self._server.model(request.name, version).ready())
+
+    @_rpc
+    def server_metadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        metadata = self._server.metadata()
+        extensions = list(metadata.get("extensions", ()))
+        extensions += [name for name in FRONTEND_EXTENSIONS if name not in extensions]
+        return pb.ServerMetadataResponse(name=metadata["name"], version=metadata["version"],
+                                         extensions=extensions)
+
+    @_rpc
+    def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        version = parse_version(request.version)
+        metadata = self._server.model(request.name, version).metadata()
+        response = pb.ModelMetadataResponse(name=metadata["name"],
+                                            versions=metadata["versions"],
+                                            platform=metadata["platform"])
+        for key, target in (("inputs", response.inputs), ("outputs", response.outputs)):
+            for tensor in metadata[key]:
+                target.add(name=tensor["name"], datatype=tensor["datatype"],
+                           shape=tensor["shape"])
+        return response
+
+    @_rpc
+    def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        version = parse_version(request.version)
+        return pb.ModelConfigResponse(
+            config=self._server.model(request.name, version).config_proto())
+
+    @_rpc
+    def model_statistics(self, request: pb.ModelStatisticsRequest
+                         ) -> pb.ModelStatisticsResponse:
+        version = parse_version(request.version)
+        response = pb.ModelStatisticsResponse()
+        for stats in self._server.statistics(request.name, version):
+            _statistics(stats, response.model_stats.add())
+        return response
+
+    # -- model repository --------------------------------------------------------------------
+    @_rpc
+    def repository_index(self, request: pb.RepositoryIndexRequest
+                         ) -> pb.RepositoryIndexResponse:
+        _no_repository_name(request.repository_name)
+        response = pb.RepositoryIndexResponse()
+        for entry in self._server.repository_index(ready_only=request.ready):
+            row = response.models.add(name=entry.name)
+            if not entry.name_only:
+                row.version = entry.version
+                row.state = entry.state.value
+                row.reason = entry.reason
+        return response
+
+    @_rpc
+    async def repository_model_load(self, request: pb.RepositoryModelLoadRequest
+                                    ) -> pb.RepositoryModelLoadResponse:
+        _no_repository_name(request.repository_name)
+        config: str | None = None
+        for key, param in request.parameters.items():
+            kind = param.WhichOneof("parameter_choice")
+            if key == "config":
+                if kind != "string_param":
+                    raise InvalidArgumentError(
+                        f"invalid value type for load parameter '{key}', expected string_param."
+                    )
+                config = param.string_param
+            elif key.startswith("file:"):
+                if kind != "bytes_param":
+                    raise InvalidArgumentError(
+                        f"invalid value type for load parameter '{key}', expected bytes_param."
+                    )
+                # The engine loads only from the repositories it was given; model files sent
+                # with the request (Triton writes them to a temporary model folder) need an
+                # engine API that does not exist yet.
+                raise UnsupportedError(
+                    f"load parameter '{key}': loading model files sent with the request is "
+                    "not supported"
+                )
+            else:
+                raise InvalidArgumentError(f"unrecognized load parameter '{key}'.")
+        await self._blocking(functools.partial(self._server.load, request.model_name,
+                                               config=config))
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest
+                                      ) -> pb.RepositoryModelUnloadResponse:
+        _no_repository_name(request.repository_name)
+        dependents = request.parameters.get("unload_dependents")
+        if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+            raise InvalidArgumentError(
+                "invalid value type for 'unload_dependents' parameter, expected bool_param."
+            )
+        # Models that depend on others (ensembles) do not exist in the engine yet, so
+        # unloading a model and "its dependents" unloads that model alone.
+        await self._blocking(functools.partial(self._server.unload, request.model_name))
+        return pb.RepositoryModelUnloadResponse()
+
+    async def _blocking(self, call: Callable[[], object]) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._repository, call)
+
+    # -- shared memory -----------------------------------------------------------------------
+    @_rpc
+    def system_shm_status(self, request: pb.SystemSharedMemoryStatusRequest
+                          ) -> pb.SystemSharedMemoryStatusResponse:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self._shm.status(request.name):
+            name = str(region["name"])
+            status = response.regions[name]
+            status.name = name
+            status.key = str(region["key"])
+            status.offset = int(region["offset"])  # type: ignore[call-overload]
+            status.byte_size = int(region["byte_size"])  # type: ignore[call-overload]
+        return response
+
+    @_rpc
+    def system_shm_register(self, request: pb.SystemSharedMemoryRegisterRequest
+                            ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._shm.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    def system_shm_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest
+                              ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._shm.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    # This host has no CUDA, so no CUDA region can ever be registered: status lists none,
+    # unregistering finds none (a success, as Triton answers), registering fails with the
+    # error Triton built without GPU support gives.
+    @_rpc
+    def cuda_shm_status(self, request: pb.CudaSharedMemoryStatusRequest
+                        ) -> pb.CudaSharedMemoryStatusResponse:
+        if request.name:
+            try:
+                self._shm.status(request.name)
+            except NotFoundError:
+                raise NotFoundError(
+                    f"Unable to find cuda shared memory region: '{request.name}'") from None
+            raise NotFoundError(
+                f"The region named '{request.name}' is registered as system shared memory, "
+                "not CUDA shared memory")
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @_rpc
+    def cuda_shm_register(self, request: pb.CudaSharedMemoryRegisterRequest
+                          ) -> pb.CudaSharedMemoryRegisterResponse:
+        raise InvalidArgumentError(
+            f"failed to register CUDA shared memory region: '{request.name}', GPUs not "
+            "supported")
+
+    @_rpc
+    def cuda_shm_unregister(self, request: pb.CudaSharedMemoryUnregisterRequest
+                            ) -> pb.CudaSharedMemoryUnregisterResponse:
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # -- trace and log settings --------------------------------------------------------------
+    @_rpc
+    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        model = request.model_name
+        if model and not self._server.model(model).ready():
+            raise InvalidArgumentError(f"Request for unknown model : {model}")
+        if request.settings:
+            changes: dict[str, Any] = {}
+            for key, setting in request.settings.items():
+                values = list(setting.value)
+                if not values:
+                    changes[key] = None  # clear: back to the global (or default) value
+                elif key == "trace_level":
+                    changes[key] = values
+                elif len(values) == 1:
+                    changes[key] = values[0]
+                else:
+                    raise InvalidArgumentError(f"expect only 1 value for '{key}'")
+            self._server.update_trace_settings(model, **changes)
+        response = pb.TraceSettingResponse()
+        for key, value in self._server.trace_settings(model).items():
+            values = value if isinstance(value, list) else [value]
+            response.settings[key].value.extend(str(v) for v in values)
+        return response
+
+    @_rpc
+    def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        changes: dict[str, Any] = {}
+        for key, setting in request.settings.items():
+            expected = _LOG_TYPES.get(key)
+            if expected is None:
+                continue  # Triton ignores settings it does not know
+            if setting.WhichOneof("parameter_choice") != expected:
+                raise InvalidArgumentError(
+                    f"expect {_LOG_TYPE_NAMES[expected]} for '{key}'")
+            changes[key] = getattr(setting, expected)
+        settings = (self._server.update_log_settings(**changes) if changes
+                    else self._server.log_settings())
+        response = pb.LogSettingsResponse()
+        for key, kind in _LOG_TYPES.items():
+            if key in settings:
+                setattr(response.settings[key], kind, settings[key])
+        return response
+
+
+def _no_repository_name(name: str) -> None:
+    if name:
+        raise UnsupportedError("'repository_name' specification is not supported")
+
+
+def _duration(source: Duration, target: pb.StatisticDuration) -> None:
+    target.count = source.count
+    target.ns = source.ns
+
+
+def _statistics(stats: ModelStatistics, out: pb.ModelStatistics) -> None:
+    """Triton's ModelStatistics message for one model version."""
+    out.name = stats.name
+    out.version = str(stats.version)
+    out.last_inference = stats.last_inference_ms
+    out.inference_count = stats.inference_count
+    out.execution_count = stats.execution_count
+    inference = out.inference_stats
+    for field in ("success", "fail", "queue", "compute_input", "compute_infer",
+                  "compute_output", "cache_hit", "cache_miss"):
+        _duration(getattr(stats, field), getattr(inference, field))
+    for batch in stats.batch_stats:
+        row = out.batch_stats.add(batch_size=batch.batch_size)
+        _duration(batch.compute_input, row.compute_input)
+        _duration(batch.compute_infer, row.compute_infer)
+        _duration(batch.compute_output, row.compute_output)
+
+
+# grpc.health.v1.Health/Check, which Triton also serves: HealthCheckResponse is one enum
+# field (1: SERVING, 2: NOT_SERVING), so it is written as bytes rather than pulling in the
+# grpcio-health-checking package for two constant messages.
+_SERVING = b"\x08\x01"
+_NOT_SERVING = b"\x08\x02"
+
+
+def health_handlers(server: Server) -> dict[str, grpc.RpcMethodHandler]:
+    """grpc.health.v1's Check: SERVING while ``server`` is ready (whatever service is named)."""
+
+    async def check(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return _SERVING if server.ready() else _NOT_SERVING
+
+    return {"Check": grpc.unary_unary_rpc_method_handler(check)}

@@ -1,0 +1,316 @@
+"""Real ``infercore serve`` processes for the gRPC integration tests, and their models.
+
+Loaded with ``pytest_plugins = ["conftest_grpc"]`` by the modules that need it. The
+fixture ``grpc_server`` (module scope) builds a repository of small Triton Python
+models written as Triton users write them, starts one server on a free port with only
+the gRPC frontend, waits for ServerReady with a deadline, and stops it with SIGTERM at
+the end of the module; ``grpc_serve`` starts more with other flags (TLS, limits).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from infercore.testing import RepositoryBuilder
+
+ADD_SUB_CONFIG = """
+name: "add_sub"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 4 ] }
+]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+ADD_SUB_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", a + b),
+                pb_utils.Tensor("OUTPUT1", a - b),
+            ]))
+        return responses
+"""
+
+DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
+             "INT64", "FP16", "FP32", "FP64", "BF16", "BYTES")
+
+
+def _tensor(kind: str, datatype: str) -> str:
+    config_type = "TYPE_STRING" if datatype == "BYTES" else "TYPE_" + datatype
+    optional = ", optional: true" if kind == "IN" else ""
+    return f'{{ name: "{kind}_{datatype}", data_type: {config_type}, dims: [ -1 ]{optional} }}'
+
+
+# One model for every datatype: each (optional) input IN_<T> comes back as OUT_<T>.
+MIRROR_CONFIG = "\n".join([
+    'name: "mirror"', 'backend: "python"', "max_batch_size: 0",
+    "input [ " + ",\n  ".join(_tensor("IN", t) for t in DATATYPES) + " ]",
+    "output [ " + ",\n  ".join(_tensor("OUT", t) for t in DATATYPES) + " ]",
+    "instance_group [ { count: 1, kind: KIND_CPU } ]",
+])
+
+MIRROR_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUT" + tensor.name()[2:], tensor.as_numpy())
+                for tensor in request.inputs()
+            ])
+            for request in requests
+        ]
+"""
+
+CLASSIFIER_CONFIG = """
+name: "classifier"
+backend: "python"
+max_batch_size: 4
+input [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 4 ] } ]
+output [ { name: "SCORES", data_type: TYPE_FP32, dims: [ 4 ], label_filename: "labels.txt" } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+CLASSIFIER_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+                "SCORES", pb_utils.get_input_tensor_by_name(request, "LOGITS").as_numpy())])
+            for request in requests
+        ]
+"""
+
+LABELS = "apple\nbanana\ncherry\ndate\n"
+
+# Tells what it was given: parameters, correlation id, flags, timeout and id (as JSON),
+# and answers with response parameters of each kind.
+ECHO_CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "SEEN", data_type: TYPE_STRING, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+ECHO_PY = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seen = json.dumps({
+                "parameters": json.loads(request.parameters()),
+                "correlation_id": request.correlation_id(),
+                "flags": request.flags(),
+                "timeout": request.timeout(),
+                "id": request.request_id(),
+            })
+            responses.append(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("SEEN", np.array([seen.encode()], np.object_))],
+                parameters={"flag": True, "number": 7, "text": "hello"}))
+        return responses
+"""
+
+# Runs for SECONDS, or until cancelled: then answers CANCELLED (counted as a failure).
+SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+max_batch_size: 0
+input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "SLEPT", data_type: TYPE_FP32, dims: [ 1 ] } ]
+instance_group [ { count: 2, kind: KIND_CPU } ]
+"""
+
+SLOW_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
+            deadline = time.monotonic() + float(seconds[0])
+            while time.monotonic() < deadline and not request.is_cancelled():
+                time.sleep(0.002)
+            if request.is_cancelled():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "cancelled", pb_utils.TritonError.CANCELLED)))
+            else:
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("SLEPT", seconds)]))
+        return responses
+"""
+
+# Decoupled: COUNT responses 0..COUNT-1, then a bare final flag. A negative COUNT sends
+# an error response first, then one normal response, then the final flag.
+COUNTER_CONFIG = """
+name: "counter"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "COUNT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "INDEX", data_type: TYPE_INT32, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+COUNTER_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            sender = request.get_response_sender()
+            if count < 0:
+                sender.send(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative count")))
+                count = 1
+            for index in range(count):
+                sender.send(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("INDEX", np.array([index], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def build_repository(path: Path) -> Path:
+    repo = RepositoryBuilder(path)
+    repo.add_model("add_sub", config=ADD_SUB_CONFIG, model_py=ADD_SUB_PY)
+    # the repository tests unload and load this one without disturbing the others
+    repo.add_model("spare", config=ADD_SUB_CONFIG.replace('"add_sub"', '"spare"'),
+                   model_py=ADD_SUB_PY)
+    repo.add_model("mirror", config=MIRROR_CONFIG, model_py=MIRROR_PY)
+    repo.add_model("classifier", config=CLASSIFIER_CONFIG, model_py=CLASSIFIER_PY,
+                   files={"labels.txt": LABELS})
+    repo.add_model("echo", config=ECHO_CONFIG, model_py=ECHO_PY)
+    repo.add_model("slow", config=SLOW_CONFIG, model_py=SLOW_PY)
+    repo.add_model("counter", config=COUNTER_CONFIG, model_py=COUNTER_PY)
+    return repo.path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GrpcServeProcess:
+    """``python -m infercore serve`` with only gRPC, on a free port; SIGTERM stops it."""
+
+    def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.log_path = log_path
+        command = [sys.executable, "-m", "infercore", "serve", "--model-repository",
+                   str(repository), "--grpc-address", "127.0.0.1", "--grpc-port",
+                   str(self.port), "--allow-http=false", "--allow-metrics=false",
+                   "--exit-timeout-secs", "5", *extra]
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, channel: grpc.Channel, timeout: float = 30.0) -> None:
+        """Poll ServerReady on ``channel`` until it answers true (or the deadline)."""
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"infercore serve exited: {self.log()}")
+            try:
+                if stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=1).ready:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)  # a separate process: nothing to wait on but its port
+        raise TimeoutError(f"infercore serve not ready after {timeout}s: {self.log()}")
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then the exit code (killed after ``timeout``); stopping twice is fine."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+
+@pytest.fixture(scope="module")
+def grpc_serve(tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[Callable[..., GrpcServeProcess]]:
+    """Start servers on this module's repository with extra flags; all stop at the end.
+
+    ``credentials`` (TLS) are what ServerReady is polled with.
+    """
+    started: list[GrpcServeProcess] = []
+
+    def serve(*extra: str, credentials: grpc.ChannelCredentials | None = None
+              ) -> GrpcServeProcess:
+        root = tmp_path_factory.mktemp("grpc")
+        server = GrpcServeProcess(build_repository(root / "models"), root / "server.log",
+                                  "--model-control-mode", "explicit", "--load-model", "*",
+                                  *extra)
+        started.append(server)
+        channel = (grpc.insecure_channel(server.url) if credentials is None
+                   else grpc.secure_channel(server.url, credentials))
+        with channel:
+            server.wait_ready(channel)
+        return server
+
+    try:
+        yield serve
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def grpc_server(grpc_serve: Callable[..., GrpcServeProcess]) -> GrpcServeProcess:
+    return grpc_serve()
