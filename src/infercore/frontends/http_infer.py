@@ -1,0 +1,138 @@
+"""The inference endpoint: body -> InferRequest -> engine -> response body.
+
+``InferHandler.infer`` is a coroutine run as one task per request on the frontend's
+event loop. It awaits the request's ResponseStream, which lets the engine execute short
+models inline on this thread (no thread crossing) and otherwise parks on a future that
+the instance thread resolves. Cancelling the task (the client went away) cancels the
+request through the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from ..errors import InternalError, NotFoundError, TritonError, UnsupportedError
+from ..response import InferResponse
+from ..server import Server
+from .http_decode import DecodedInfer, decode_infer, decode_raw_infer, parse_header_length
+from .http_encode import encode_infer
+from .http_header_cache import HeaderCache
+from .http_messages import (
+    HttpRequest,
+    HttpResponse,
+    accepted_encoding,
+    compress,
+    decompress,
+    error_response,
+)
+from .kserve import as_triton_error
+from .shm import SystemSharedMemory
+
+__all__ = ["InferHandler"]
+
+logger = logging.getLogger(__name__)
+
+_DECOUPLED = ("HTTP end point doesn't support models with decoupled transaction policy")
+_ACCEPT_ENCODING_HINT = b"accept-encoding: gzip, deflate\r\n"
+_CONTENT_ENCODING = {"gzip": b"content-encoding: gzip\r\n",
+                     "deflate": b"content-encoding: deflate\r\n"}
+
+
+class InferHandler:
+    """Serves ``POST /v2/models/{model}[/versions/{version}]/infer``."""
+
+    def __init__(self, server: Server, shm: SystemSharedMemory, *, max_input_size: int,
+                 header_forward_pattern: str = "") -> None:
+        self._server = server
+        self._shm = shm
+        self._max_input_size = max_input_size
+        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._headers = HeaderCache()
+
+    async def infer(self, request: HttpRequest, model: str, version: int) -> HttpResponse:
+        try:
+            decoded = self._decode(request, model, version)
+        except TritonError as exc:
+            return self._decode_failure(exc, model, version)
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
+            return error_response(as_triton_error(exc))
+        try:
+            stream = self._server.infer(decoded.request, raise_on_error=False)
+            response = await stream.__anext__()
+            if not response.final:  # a decoupled model: more responses would follow
+                stream.cancel()
+                raise UnsupportedError(_DECOUPLED)
+            if response.error is not None:
+                return error_response(response.error)
+            return self._reply(request, response, decoded)
+        except StopAsyncIteration:
+            return error_response(InternalError("expected a single response, got 0"))
+        except TritonError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001
+            return error_response(as_triton_error(exc))
+
+    def _decode(self, request: HttpRequest, model: str, version: int) -> DecodedInfer:
+        body = request.body
+        encoding = request.headers.get(b"content-encoding")
+        if encoding is not None:
+            body = decompress(body, encoding, self._max_input_size)
+        header_length = parse_header_length(
+            request.headers.get(b"inference-header-content-length"), len(body))
+        if header_length == 0 or (header_length is None and not body):
+            inputs = self._server.model(model, version).metadata()["inputs"]
+            decoded = decode_raw_infer(model, version, body, inputs)
+        else:
+            decoded = decode_infer(model, version, body, header_length, self._shm,
+                                   self._headers)
+        if self._forward is not None and request.raw_headers:
+            parameters = decoded.request.parameters
+            for name, value in request.raw_headers:
+                key = name.decode("latin-1")
+                if self._forward.search(key):
+                    parameters[key] = value.decode("latin-1")
+        return decoded
+
+    def _decode_failure(self, exc: TritonError, model: str, version: int) -> HttpResponse:
+        # Triton looks the model up before it reads the body: an unknown model is a 404
+        # whatever the body holds. The lookup is only paid on this error path.
+        if not isinstance(exc, NotFoundError) and not self._server.model(model, version).ready():
+            try:
+                self._server.model(model, version).metadata()
+            except TritonError as lookup:
+                exc = lookup
+        response = error_response(exc)
+        if isinstance(exc, UnsupportedError) and exc.message == "Unsupported compression type":
+            response.extra_headers = _ACCEPT_ENCODING_HINT
+        return response
+
+    def _reply(self, request: HttpRequest, response: InferResponse,
+               decoded: DecodedInfer) -> HttpResponse:
+        classes = _no_classification
+        if any(plan.classification for plan in decoded.outputs.values()):
+            model = self._server.model(response.model, response.model_version)
+
+            def classes(output: str) -> tuple[list[str], bool]:
+                config: dict[str, Any] = model.config()
+                return model.labels(output), int(config.get("max_batch_size", 0)) > 0
+
+        encoded = encode_infer(response, decoded, classes)
+        parts: list[Any] = [encoded.header, *encoded.binary]
+        extra = b""
+        content_type = b"application/json"
+        if encoded.binary:
+            content_type = b"application/octet-stream"
+            extra = b"inference-header-content-length: %d\r\n" % len(encoded.header)
+        accept = request.headers.get(b"accept-encoding")
+        if accept is not None:
+            encoding = accepted_encoding(accept)
+            if encoding != "identity":
+                parts = [compress(parts, encoding)]
+                extra += _CONTENT_ENCODING[encoding]
+        return HttpResponse(200, parts, content_type, extra)
+
+
+def _no_classification(output: str) -> tuple[list[str], bool]:
+    raise InternalError(f"no classification was requested for output '{output}'")

@@ -1,0 +1,179 @@
+"""HTTP request and response values of the HTTP frontend, and the bytes they travel as.
+
+``HttpRequest`` is what the connection protocol hands the router once a message is
+complete; ``HttpResponse`` is what the router answers. Both are plain values: they are
+built and consumed on the frontend's event-loop thread only. Status lines and the
+headers every response carries are pre-built bytes, so answering costs a few
+concatenations, never a formatting pass over a header dict.
+
+Compression follows Triton's frontend: ``Content-Encoding`` gzip or deflate (zlib
+format) on requests, the best of gzip / deflate / identity in ``Accept-Encoding`` on
+inference responses; any other content encoding is answered 501 "Unsupported
+compression type".
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from ..errors import InvalidArgumentError, TritonError, UnsupportedError
+from .kserve import http_status
+
+__all__ = [
+    "HttpRequest",
+    "HttpResponse",
+    "accepted_encoding",
+    "compress",
+    "decompress",
+    "error_response",
+    "json_response",
+    "serialize_head",
+]
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    """One complete request: method, path (query removed), the headers we use, body."""
+
+    method: str
+    path: str
+    body: bytes
+    # Lower-cased names of the headers the frontend reads (see http_protocol.WANTED).
+    headers: dict[bytes, bytes] = field(default_factory=dict)
+    # Every header as sent, only when --http-header-forward-pattern asks for them.
+    raw_headers: list[tuple[bytes, bytes]] | None = None
+
+    def header(self, name: bytes) -> bytes | None:
+        return self.headers.get(name)
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    """A status, the headers beyond Content-Length, and the body as one or more buffers."""
+
+    status: int
+    parts: Sequence[Buffer] = ()
+    content_type: bytes = b"application/json"
+    extra_headers: bytes = b""  # complete "name: value\r\n" lines
+
+    @property
+    def body_length(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+
+_REASONS = {
+    100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
+    405: "Method Not Allowed", 413: "Payload Too Large", 500: "Internal Server Error",
+    501: "Not Implemented", 503: "Service Unavailable",
+}
+_STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in
+                 _REASONS.items()}
+
+
+def serialize_head(response: HttpResponse, body_length: int, keep_alive: bool) -> bytes:
+    """The status line and headers of ``response`` (its body follows them on the wire)."""
+    status = _STATUS_LINES.get(response.status)
+    if status is None:
+        status = f"HTTP/1.1 {response.status} Unknown\r\n".encode()
+    head = status + b"content-length: " + str(body_length).encode() + b"\r\n"
+    if response.content_type:
+        head += b"content-type: " + response.content_type + b"\r\n"
+    if response.extra_headers:
+        head += response.extra_headers
+    if not keep_alive:
+        head += b"connection: close\r\n"
+    return head + b"\r\n"
+
+
+def json_response(value: object, status: int = 200) -> HttpResponse:
+    return HttpResponse(status, (orjson.dumps(value),))
+
+
+def error_response(error: TritonError | str, status: int | None = None) -> HttpResponse:
+    """Triton's error body ``{"error": "<message>"}`` with the status of the error's code."""
+    if isinstance(error, TritonError):
+        message = error.message
+        code = http_status(error) if status is None else status
+    else:
+        message = error
+        code = 400 if status is None else status
+    return HttpResponse(code, (orjson.dumps({"error": message}),))
+
+
+# -- compression ---------------------------------------------------------------------------
+
+_WBITS = {"gzip": 31, "deflate": 15}  # zlib: 16 + 15 selects the gzip container
+
+
+def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
+    """The body without its Content-Encoding; at most ``limit`` bytes once decompressed.
+
+    Raises UnsupportedError for encodings other than gzip, deflate and identity (the
+    caller adds Triton's ``Accept-Encoding: gzip, deflate`` hint), InvalidArgumentError
+    for corrupt data or a body that inflates past ``limit``.
+    """
+    name = encoding.decode("latin-1").strip().lower()
+    if name in ("", "identity"):
+        return body
+    wbits = _WBITS.get(name)
+    if wbits is None:
+        raise UnsupportedError("Unsupported compression type")
+    attempts = (wbits, -15) if name == "deflate" else (wbits,)  # raw deflate streams too
+    for attempt in attempts:
+        inflater = zlib.decompressobj(attempt)
+        try:
+            data = inflater.decompress(body, limit + 1)
+        except zlib.error as exc:
+            if attempt != attempts[-1]:
+                continue
+            raise InvalidArgumentError(
+                f"failed to decompress the request body ({name}): {exc}") from exc
+        if len(data) > limit or inflater.unconsumed_tail:
+            raise InvalidArgumentError(
+                f"Request size exceeds the maximum allowed value of {limit} bytes once "
+                "decompressed. Use --http-max-input-size to increase the limit.")
+        if not inflater.eof:
+            raise InvalidArgumentError(
+                f"failed to decompress the request body ({name}): the data is truncated")
+        return data
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def accepted_encoding(accept_encoding: bytes | None) -> str:
+    """gzip, deflate or identity: the highest-weighted one the client accepts.
+
+    Ties keep the first listed, and unknown or malformed entries are skipped, as Triton's
+    frontend does.
+    """
+    if not accept_encoding:
+        return "identity"
+    best, best_weight = "identity", 0.0
+    for entry in accept_encoding.decode("latin-1").split(","):
+        name, _, params = entry.strip().partition(";")
+        name = name.strip().lower()
+        weight = 1.0
+        params = params.strip()
+        if params:
+            if not params.startswith("q="):
+                continue
+            try:
+                weight = float(params[2:])
+            except ValueError:
+                continue
+        if name in ("identity", "gzip", "deflate") and weight > best_weight:
+            best, best_weight = name, weight
+    return best
+
+
+def compress(parts: Sequence[Buffer], encoding: str) -> bytes:
+    """The concatenated ``parts`` compressed as gzip or deflate (zlib format)."""
+    compressor = zlib.compressobj(wbits=_WBITS[encoding])
+    chunks = [compressor.compress(part) for part in parts]
+    chunks.append(compressor.flush())
+    return b"".join(chunks)

@@ -1,0 +1,331 @@
+"""One HTTP/1.1 connection: an asyncio Protocol over httptools' parser.
+
+The parser calls back as bytes arrive; a complete message becomes an ``HttpRequest`` that
+the router answers, at once for most endpoints or through one task for inference and
+model control. Requests on a connection are answered in order, one at a time: pipelined
+requests wait in ``_pending`` (and reading pauses while they wait), so a client cannot
+make the server buffer without bound. Writes respect the transport's flow control: while
+the peer does not read, no further request is started.
+
+Limits: the headers of a request may take 64 KiB; its body ``max_input_size`` bytes
+(Triton's ``--http-max-input-size``). A body over the limit is answered 400 and the rest
+of it discarded before the connection closes, so the client still reads the answer.
+
+Threads: everything here runs on the frontend's event-loop thread. A connection that
+goes away cancels its in-flight task, which cancels the inference request.
+
+Connection states: open -> (draining: finish the current request, then close) -> closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import httptools
+
+from .http_messages import HttpRequest, HttpResponse, error_response, serialize_head
+
+__all__ = ["ConnectionSet", "HttpConnection", "WANTED_HEADERS"]
+
+logger = logging.getLogger(__name__)
+
+# The only request headers the frontend reads; others are skipped while parsing.
+WANTED_HEADERS = frozenset({b"inference-header-content-length", b"content-encoding",
+                            b"accept-encoding", b"content-length", b"expect"})
+_MAX_HEADER_BYTES = 64 * 1024
+_DISCARD_SECONDS = 2.0  # how long a refused body may keep arriving before we hang up
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "PATCH",
+                                      "OPTIONS")}
+
+Router = Callable[[HttpRequest], Any]  # -> HttpResponse | Coroutine[..., HttpResponse]
+
+
+class ConnectionSet:
+    """The open connections of one frontend, so shutdown can drain and close them."""
+
+    def __init__(self) -> None:
+        self.connections: set[HttpConnection] = set()
+        self.empty = asyncio.Event()
+        self.empty.set()
+        self.closing = False  # shutdown began: new connections are closed at once
+
+    def drain(self) -> None:
+        """Close idle connections now and busy ones after their request; refuse new ones."""
+        self.closing = True
+        for connection in list(self.connections):
+            connection.drain()
+
+    def add(self, connection: HttpConnection) -> None:
+        self.connections.add(connection)
+        self.empty.clear()
+
+    def discard(self, connection: HttpConnection) -> None:
+        self.connections.discard(connection)
+        if not self.connections:
+            self.empty.set()
+
+
+class HttpConnection(asyncio.Protocol):
+    """Parses requests from one client and writes their responses in order."""
+
+    def __init__(self, router: Router, connections: ConnectionSet, *, max_input_size: int,
+                 keep_raw_headers: bool = False) -> None:
+        self._router = router
+        self._connections = connections
+        self._max_input_size = max_input_size
+        self._keep_raw_headers = keep_raw_headers
+        self._loop = asyncio.get_running_loop()
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        # the message being parsed
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._raw_headers: list[tuple[bytes, bytes]] | None = None
+        self._header_bytes = 0
+        self._body: list[bytes] = []
+        self._body_size = 0
+        # requests parsed but not answered yet, and the one being answered
+        self._pending: deque[tuple[HttpRequest, bool]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._busy = False
+        self._read_paused = False
+        self._write_paused = False
+        self._draining = False
+        self._discarding = False
+        self._closed = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._connections.add(self)
+        if self._connections.closing:  # accepted from the backlog after shutdown began
+            self.drain()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._connections.discard(self)
+        self._pending.clear()
+        if self._task is not None:
+            self._task.cancel()  # the client is gone: cancel its inference
+
+    def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(error_response("protocol upgrades are not supported", 400))
+        except httptools.HttpParserCallbackError as exc:
+            if not self._discarding:  # not a refusal: a bug in answering the request
+                logger.error("failed to answer an HTTP request", exc_info=exc.__context__)
+                self._refuse(error_response("internal error while reading the request", 500))
+        except httptools.HttpParserError as exc:
+            self._refuse(error_response(f"malformed HTTP request: {exc}", 400))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._serve_pending()
+
+    # -- httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._raw_headers = [] if self._keep_raw_headers else None
+        self._header_bytes = 0
+        self._body = []
+        self._body_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > _MAX_HEADER_BYTES:
+            self._refuse(error_response("request headers are too large", 400))
+            raise _Refused
+        lowered = name.lower()
+        if lowered in WANTED_HEADERS:
+            self._headers[lowered] = value
+        if self._raw_headers is not None:
+            self._raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self._max_input_size:
+            self._refuse_too_large(int(length))
+            raise _Refused
+        expect = self._headers.get(b"expect")
+        if expect is not None and expect.lower() == b"100-continue" and self._transport:
+            self._transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self._max_input_size:
+            self._refuse_too_large(self._body_size)
+            raise _Refused
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        url = self._url
+        query = url.find(b"?")
+        path = (url if query < 0 else url[:query]).decode("latin-1")
+        raw_method = self._parser.get_method()
+        method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
+        request = HttpRequest(method, path, body, self._headers, self._raw_headers)
+        self._body = []
+        self._pending.append((request, self._parser.should_keep_alive()))
+        if self._busy:
+            if self._transport is not None and not self._read_paused:
+                self._read_paused = True
+                self._transport.pause_reading()  # answer what we have before reading more
+        else:
+            self._serve_pending()
+
+    # -- answering ---------------------------------------------------------------------------
+    def _serve_pending(self) -> None:
+        """Answer queued requests in order until one must wait or writing is paused."""
+        while self._pending and not self._busy and not self._write_paused and not self._closed:
+            request, keep_alive = self._pending.popleft()
+            result = self._router(request)
+            if not isinstance(result, HttpResponse):
+                result = start_eagerly(result)
+            if isinstance(result, HttpResponse):
+                self._write(result, keep_alive)
+                continue
+            self._busy = True
+            self._task = self._loop.create_task(self._answer_later(result, keep_alive))
+        if not self._pending and not self._busy and self._transport is not None:
+            if self._draining:
+                self._transport.close()
+            elif self._read_paused and not self._closed:
+                self._read_paused = False
+                self._transport.resume_reading()
+
+    async def _answer_later(self, rest: Coroutine[Any, Any, HttpResponse],
+                            keep_alive: bool) -> None:
+        """Finish a request that had to wait, answer it, and go on with the next ones."""
+        try:
+            response = await rest
+        except asyncio.CancelledError:
+            return  # the connection was lost, or aborted at shutdown: nobody to answer
+        except Exception as exc:  # noqa: BLE001 - handlers answer their errors: a bug
+            logger.error("failed to answer an HTTP request", exc_info=exc)
+            response = error_response("internal error while answering the request", 500)
+        self._task = None
+        self._busy = False
+        if not self._closed:
+            self._write(response, keep_alive)
+            self._serve_pending()
+
+    def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        keep_alive = keep_alive and not self._draining
+        head = serialize_head(response, response.body_length, keep_alive)
+        if response.parts:
+            transport.writelines([head, *response.parts])
+        else:
+            transport.write(head)
+        if not keep_alive:
+            self._pending.clear()
+            transport.close()
+            self._closed = True
+
+    def _refuse_too_large(self, size: int) -> None:
+        self._refuse(error_response(
+            f"Request size of {size} bytes exceeds the maximum allowed value of "
+            f"{self._max_input_size} bytes. Use --http-max-input-size to increase the "
+            "limit.", 400), linger=True)
+
+    def _refuse(self, response: HttpResponse, *, linger: bool = False) -> None:
+        """Answer an unreadable request and hang up.
+
+        With ``linger``, the rest of the request (a body we refused) is read and dropped
+        for a moment first: closing at once could reset the connection while the client
+        still sends, and it would then miss the answer.
+        """
+        transport = self._transport
+        if transport is None or self._closed or self._discarding:
+            return
+        self._discarding = True
+        self._pending.clear()
+        if self._task is not None:
+            self._task.cancel()
+        transport.writelines([serialize_head(response, response.body_length, False),
+                              *response.parts])
+        if linger:
+            self._loop.call_later(_DISCARD_SECONDS, transport.close)
+        else:
+            transport.close()
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def drain(self) -> None:
+        """Finish the request in progress (if any), then close; stop reading new ones."""
+        self._draining = True
+        if self._transport is None or self._closed:
+            return
+        self._pending.clear()
+        if not self._busy:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Cancel the request in progress and drop the connection now."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request that was refused."""
+
+
+def start_eagerly(coro: Coroutine[Any, Any, HttpResponse]
+                  ) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
+    """Run ``coro`` on this thread until it first has to wait.
+
+    Returns its response when it finished without waiting, else a coroutine that finishes
+    it (to be awaited, once). Python 3.12's eager tasks do the same. An inference that the
+    engine executes inline on this loop never waits, so it is answered without a Task and
+    the loop iteration a Task's first step costs (about a sixth of the frontend's time per
+    request on add_sub).
+    """
+    try:
+        waiting = coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return _resume(coro, waiting)
+
+
+async def _resume(coro: Coroutine[Any, Any, HttpResponse], waiting: Any) -> HttpResponse:
+    """Drive a started coroutine to its end, as a Task's steps would."""
+    while True:
+        step: Callable[[Any], Any] = coro.send
+        value: Any = None
+        try:
+            if waiting is None:  # a bare yield (asyncio.sleep(0)): give the loop a turn
+                await asyncio.sleep(0)
+            else:
+                # As a Task does with what a coroutine yields: the future is now ours to
+                # wait on (asyncio refuses a second await of a future still "blocking").
+                waiting._asyncio_future_blocking = False
+                await waiting  # only to wait: the coroutine reads the outcome itself
+        except asyncio.CancelledError as exc:
+            if waiting is None or not waiting.cancelled():  # this task was cancelled
+                step, value = coro.throw, exc
+        except BaseException:  # noqa: BLE001, S110 - the coroutine reads the future's error
+            pass
+        try:
+            waiting = step(value)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]

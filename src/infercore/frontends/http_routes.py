@@ -1,0 +1,325 @@
+"""The HTTP frontend's endpoints: KServe v2 core plus Triton's extensions.
+
+``HttpRouter.handle`` maps a request to its endpoint with the path patterns Triton's
+frontend uses. Most endpoints answer at once (an HttpResponse); inference and model
+load/unload answer through a coroutine, which the connection starts at once and finishes
+as a task if it has to wait. Load and unload block while models load or drain, so they
+run on the frontend's admin thread pool, never on the event loop.
+
+Threads: ``handle`` and every endpoint run on the frontend's event-loop thread; the
+blocking repository calls run on the admin pool's threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+
+from ..errors import InvalidArgumentError, NotFoundError, TritonError, UnsupportedError
+from ..server import Server
+from .http_infer import InferHandler
+from .http_messages import HttpRequest, HttpResponse, error_response, json_response
+from .http_params import is_uint
+from .kserve import as_triton_error
+from .shm import SystemSharedMemory
+
+__all__ = ["HttpRouter"]
+
+logger = logging.getLogger(__name__)
+
+Result = HttpResponse | Coroutine[Any, Any, HttpResponse]
+
+# Protocol extensions the HTTP frontend adds to the engine's own.
+FRONTEND_EXTENSIONS = ("classification", "sequence", "model_repository",
+                       "model_repository(unload_dependents)", "schedule_policy",
+                       "system_shared_memory", "binary_tensor_data", "trace", "logging")
+
+_MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+                    r"(?:/(infer|ready|config|stats|trace/setting))?")
+_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:index|models/([^/]+)/(load|unload))")
+_SHARED_MEMORY = re.compile(
+    r"/v2/(systemsharedmemory|cudasharedmemory)(?:/region/([^/]+))?/(status|register|unregister)")
+_TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
+_LOG_KEYS = {"log_info": bool, "log_warning": bool, "log_error": bool,
+             "log_verbose_level": int, "log_format": str}
+
+_OK_EMPTY = HttpResponse(200, (), b"text/plain")
+_NOT_READY = HttpResponse(400, (), b"text/plain")
+_MODEL_NOT_READY = error_response("Model version not ready", 400)
+_NOT_FOUND = error_response("Not Found", 404)
+_NOT_ALLOWED = error_response("Method Not Allowed", 405)
+
+
+class HttpRouter:
+    """Maps each request to its endpoint and answers it."""
+
+    def __init__(self, server: Server, shm: SystemSharedMemory, executor: Executor, *,
+                 max_input_size: int, header_forward_pattern: str = "") -> None:
+        self._server = server
+        self._shm = shm
+        self._executor = executor
+        self._infer = InferHandler(server, shm, max_input_size=max_input_size,
+                                   header_forward_pattern=header_forward_pattern)
+
+    def handle(self, request: HttpRequest) -> Result:
+        try:
+            return self._route(request)
+        except TritonError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug answers 500, the server stays up
+            return error_response(as_triton_error(exc))
+
+    def _route(self, request: HttpRequest) -> Result:
+        path = request.path
+        if "%" in path:
+            path = unquote(path)
+        method = request.method
+        if path.startswith("/v2/models/") and path != "/v2/models/stats":
+            match = _MODEL.fullmatch(path)
+            if match is None:
+                return _NOT_FOUND
+            name, version_text, kind = match.groups()
+            version = int(version_text) if version_text else -1
+            if kind == "infer":
+                if method != "POST":
+                    return _NOT_ALLOWED
+                return self._infer.infer(request, name, version)
+            if kind == "trace/setting":
+                if version_text:
+                    return _NOT_FOUND  # trace settings are per model, not per version
+                return self._trace(request, name)
+            if method != "GET":
+                return _NOT_ALLOWED
+            if kind == "ready":
+                return _OK_EMPTY if self._server.model(name, version).ready() else _MODEL_NOT_READY
+            if kind == "config":
+                return json_response(self._server.model(name, version).config())
+            if kind == "stats":
+                return self._statistics(name, version)
+            return json_response(self._server.model(name, version).metadata())
+        handler = self._FIXED.get(path)
+        if handler is not None:
+            return handler(self, request)
+        match = _REPOSITORY.fullmatch(path)
+        if match is not None:
+            return self._repository(request, *match.groups())
+        match = _SHARED_MEMORY.fullmatch(path)
+        if match is not None:
+            kind, region, action = match.groups()
+            if (action == "status") != (method == "GET") or method not in ("GET", "POST"):
+                return _NOT_ALLOWED
+            if kind == "cudasharedmemory":
+                return _cuda_shared_memory(region or "", action)
+            return self._system_shared_memory(request, region or "", action)
+        return _NOT_FOUND
+
+    # -- server --------------------------------------------------------------------------
+    def _server_metadata(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "GET":
+            return _NOT_ALLOWED
+        metadata = dict(self._server.metadata())
+        extensions = list(metadata.get("extensions", []))
+        extensions += [e for e in FRONTEND_EXTENSIONS if e not in extensions]
+        metadata["extensions"] = extensions
+        return json_response(metadata)
+
+    def _live(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "GET":
+            return _NOT_ALLOWED
+        return _OK_EMPTY if self._server.live() else _NOT_READY
+
+    def _ready(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "GET":
+            return _NOT_ALLOWED
+        return _OK_EMPTY if self._server.ready() else _NOT_READY
+
+    def _all_statistics(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "GET":
+            return _NOT_ALLOWED
+        return self._statistics("", -1)
+
+    def _statistics(self, name: str, version: int) -> HttpResponse:
+        stats = self._server.statistics(name, version)
+        return json_response({"model_stats": [s.to_dict() for s in stats]})
+
+    # -- repository ----------------------------------------------------------------------
+    def _repository(self, request: HttpRequest, repository: str | None, model: str | None,
+                    action: str | None) -> Result:
+        if request.method != "POST":
+            return _NOT_ALLOWED
+        if model is None:
+            document = _json_object(request.body, allow_empty=True)
+            ready = document.get("ready", False)
+            if not isinstance(ready, bool):
+                raise InvalidArgumentError("attempt to access JSON non-boolean as boolean")
+            index = self._server.repository_index(ready_only=ready)
+            return json_response([entry.to_dict() for entry in index])
+        if repository:
+            raise UnsupportedError("'repository_name' specification is not supported")
+        parameters = _json_object(request.body, allow_empty=True).get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidArgumentError("Unable to parse 'parameters'")
+        if action == "load":
+            config = _load_config(parameters)
+            return self._blocking(lambda: self._server.load(model, config))
+        unload_dependents = parameters.get("unload_dependents", False)
+        if not isinstance(unload_dependents, bool):
+            raise InvalidArgumentError(
+                "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as "
+                "boolean")
+        # No model has dependents until ensembles arrive, so both forms unload one model.
+        return self._blocking(lambda: self._server.unload(model))
+
+    async def _run_blocking(self, call: Callable[[], Any]) -> HttpResponse:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, call)
+        except TritonError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001
+            return error_response(as_triton_error(exc))
+        return HttpResponse(200, ())
+
+    def _blocking(self, call: Callable[[], Any]) -> Coroutine[Any, Any, HttpResponse]:
+        return self._run_blocking(call)
+
+    # -- logging and trace settings ------------------------------------------------------
+    def _logging(self, request: HttpRequest) -> HttpResponse:
+        if request.method == "GET":
+            return json_response(self._server.log_settings())
+        if request.method != "POST":
+            return _NOT_ALLOWED
+        document = _json_object(request.body)
+        if document.get("log_file") is not None:
+            raise UnsupportedError(
+                "log file location can not be updated through network protocol")
+        changes = {}
+        for key, kind in _LOG_KEYS.items():
+            value = document.get(key)
+            if value is None:
+                continue
+            if kind is int and (isinstance(value, bool) or not is_uint(value)):
+                raise InvalidArgumentError(
+                    "attempt to access JSON non-unsigned-integer as unsigned-integer")
+            if not isinstance(value, kind):
+                raise InvalidArgumentError(
+                    f"attempt to access JSON non-{'boolean' if kind is bool else 'string'} "
+                    f"as {'boolean' if kind is bool else 'string'}")
+            changes[key] = value
+        return json_response(self._server.update_log_settings(**changes))
+
+    def _global_trace(self, request: HttpRequest) -> HttpResponse:
+        return self._trace(request, "")
+
+    def _trace(self, request: HttpRequest, model: str) -> HttpResponse:
+        if request.method not in ("GET", "POST"):
+            return _NOT_ALLOWED
+        if model and not self._server.model(model).ready():
+            raise InvalidArgumentError(f"Request for unknown model : {model}")
+        if request.method == "POST":
+            document = _json_object(request.body)
+            if "trace_file" in document:
+                raise UnsupportedError(
+                    "trace file location can not be updated through network protocol")
+            changes: dict[str, Any] = {}
+            for key in _TRACE_KEYS:
+                if key not in document:
+                    continue
+                value = document[key]
+                if key == "trace_level":
+                    if value is not None and not (isinstance(value, list) and all(
+                            isinstance(level, str) for level in value)):
+                        raise InvalidArgumentError(
+                            "attempt to access JSON non-array of strings as trace_level")
+                elif value is not None and not isinstance(value, str):
+                    raise InvalidArgumentError("attempt to access JSON non-string as string")
+                changes[key] = value
+            if changes:
+                self._server.update_trace_settings(model, **changes)
+        return json_response(self._server.trace_settings(model))
+
+    # -- shared memory -------------------------------------------------------------------
+    def _system_shared_memory(self, request: HttpRequest, region: str,
+                              action: str) -> HttpResponse:
+        if action == "status":
+            return json_response(self._shm.status(region))
+        if action == "unregister":
+            self._shm.unregister(region)
+            return HttpResponse(200, ())
+        if not region:
+            raise InvalidArgumentError(
+                "'region name' is necessary to register system shared memory region")
+        document = _json_object(request.body)
+        key = document.get("key")
+        if key is None:
+            raise InvalidArgumentError("Shared memory register request has no 'key' field")
+        if not isinstance(key, str):
+            raise InvalidArgumentError("attempt to access JSON non-string as string")
+        offset = document.get("offset", 0)
+        if "byte_size" not in document:
+            raise InvalidArgumentError(
+                "Shared memory register request has no 'byte_size' field")
+        byte_size = document["byte_size"]
+        if not is_uint(offset) or not is_uint(byte_size):
+            raise InvalidArgumentError(
+                "attempt to access JSON non-unsigned-integer as unsigned-integer")
+        self._shm.register(region, key, offset, byte_size)
+        return HttpResponse(200, ())
+
+    _FIXED: dict[str, Callable[[HttpRouter, HttpRequest], Result]] = {
+        "/v2": _server_metadata,
+        "/v2/health/live": _live,
+        "/v2/health/ready": _ready,
+        "/v2/models/stats": _all_statistics,
+        "/v2/logging": _logging,
+        "/v2/trace/setting": _global_trace,
+    }
+
+
+def _cuda_shared_memory(region: str, action: str) -> HttpResponse:
+    """CUDA shared memory on a host without GPUs: as Triton built without GPU support."""
+    if action == "status":
+        if region:
+            raise NotFoundError(f"Unable to find cuda shared memory region: '{region}'")
+        return json_response([])
+    if action == "unregister":
+        return HttpResponse(200, ())
+    if not region:
+        raise InvalidArgumentError(
+            "'region name' is necessary to register cuda shared memory region")
+    raise InvalidArgumentError(
+        f"failed to register CUDA shared memory region: '{region}', GPUs not supported")
+
+
+def _json_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
+    if not body and allow_empty:
+        return {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgumentError(
+            "failed to parse the request JSON buffer: the request must be a JSON object")
+    return document
+
+
+def _load_config(parameters: dict[str, Any]) -> str | None:
+    config = None
+    for key, value in parameters.items():
+        if not isinstance(value, str):
+            raise InvalidArgumentError("attempt to access JSON non-string as string")
+        if key == "config":
+            config = value
+        elif key.startswith("file:"):
+            raise UnsupportedError(
+                f"load parameter '{key}': model files sent with the load request are not "
+                "supported; place the model in a repository")
+    return config

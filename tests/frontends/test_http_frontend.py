@@ -1,0 +1,183 @@
+"""HttpFrontend's lifecycle (in process): flags, listening, and shutdown in order."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from infercore import Server
+from infercore.frontends import http as http_frontend
+from infercore.frontends.http import HttpFrontend, HttpOptions
+
+# The gate model blocks in execute() until the test opens the gate, so a test can hold
+# a request in flight without sleeping. It reports entering, and seeing a cancellation.
+GATE_CONFIG = """
+name: "gate"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_INT32, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+GATE_PY = """
+import infercore_test_gate as gate
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        gate.entered.set()
+        while not gate.release.wait(0.005):
+            if all(r.is_cancelled() for r in requests):
+                gate.cancelled.set()
+                break
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
+"""
+
+REQUEST = json.dumps({"inputs": [{"name": "X", "shape": [1], "datatype": "INT32",
+                                  "data": [7]}]}).encode()
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    module = types.SimpleNamespace(entered=threading.Event(), release=threading.Event(),
+                                   cancelled=threading.Event())
+    monkeypatch.setitem(sys.modules, "infercore_test_gate", module)
+    yield module
+    module.release.set()
+
+
+@pytest.fixture
+def server(repo, gate):
+    repo.add_model("gate", config=GATE_CONFIG, model_py=GATE_PY)
+    with Server(model_repository=repo.path, log_info=False) as server:
+        yield server
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    http_frontend.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_flags_have_tritonservers_defaults():
+    args = _parse()
+    assert (args.allow_http, args.http_port, args.http_address) == (True, 8000, "0.0.0.0")
+    assert args.http_max_input_size == 64 * 1024 * 1024
+    assert args.http_thread_count == 8
+
+
+def test_allow_http_false_builds_no_frontend(server):
+    assert http_frontend.from_args(server, _parse("--allow-http=false")) is None
+    frontend = http_frontend.from_args(server, _parse("--http-port", "0"))
+    assert isinstance(frontend, HttpFrontend)
+
+
+@pytest.mark.parametrize("argv", [["--http-max-input-size", "0"], ["--http-port", "70000"],
+                                  ["--allow-http", "maybe"], ["--http-thread-count", "-1"]])
+def test_invalid_flag_values_are_usage_errors(argv):
+    with pytest.raises(SystemExit):
+        _parse(*argv)
+
+
+def test_port_zero_listens_on_a_free_port(server):
+    with HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0)) as frontend:
+        assert frontend.port > 0
+        conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=5)
+        conn.request("GET", "/v2/health/live")
+        assert conn.getresponse().status == 200
+
+
+def test_start_raises_oserror_when_the_port_is_taken(server):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        frontend = HttpFrontend(server, HttpOptions(address="127.0.0.1",
+                                                    port=taken.getsockname()[1]))
+        with pytest.raises(OSError):
+            frontend.start()
+    frontend.stop(1.0)  # harmless after a failed start
+
+
+def test_stop_lets_the_request_in_flight_finish_and_refuses_new_connections(server, gate):
+    frontend = HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0))
+    frontend.start()
+    port = frontend.port
+    answer: dict[str, object] = {}
+
+    def call() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/v2/models/gate/infer", REQUEST)
+        response = conn.getresponse()
+        answer.update(status=response.status, body=json.loads(response.read()))
+
+    client = threading.Thread(target=call)
+    client.start()
+    assert gate.entered.wait(10)
+    stopper = threading.Thread(target=frontend.stop, args=(30.0,))
+    stopper.start()
+    _wait_until_refused(port)
+    assert stopper.is_alive()  # still draining the request in flight
+
+    gate.release.set()
+    stopper.join(10)
+    client.join(10)
+
+    assert not stopper.is_alive()
+    assert answer["status"] == 200
+    assert answer["body"]["outputs"][0]["data"] == [7]  # type: ignore[index]
+
+
+def test_stop_cancels_what_is_still_in_flight_at_the_deadline(server, gate):
+    frontend = HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0))
+    frontend.start()
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=30)
+        try:
+            conn.request("POST", "/v2/models/gate/infer", REQUEST)
+            conn.getresponse().read()
+        except (OSError, http.client.HTTPException) as exc:
+            errors.append(exc)
+
+    client = threading.Thread(target=call)
+    client.start()
+    assert gate.entered.wait(10)
+
+    frontend.stop(0.1)
+    client.join(10)
+
+    assert gate.cancelled.wait(10)  # the model saw its request cancelled
+    assert errors  # the client's connection was dropped without an answer
+    assert not any(t.name == "infercore-http" for t in threading.enumerate())
+
+
+def test_stop_is_idempotent_and_a_stopped_frontend_cannot_restart(server):
+    frontend = HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0))
+    frontend.start()
+    frontend.stop(1.0)
+    frontend.stop(1.0)
+    with pytest.raises(Exception, match="stopped"):
+        frontend.start()
+
+
+def _wait_until_refused(port: int, deadline_s: float = 10.0) -> None:
+    """Connect until the listening socket is closed (stop() has begun)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except (ConnectionRefusedError, ConnectionResetError):  # reset: closing backlog
+            return
+    raise AssertionError("the frontend kept accepting connections")

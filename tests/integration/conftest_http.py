@@ -1,0 +1,313 @@
+"""A real ``infercore serve`` process for the HTTP integration tests, and its models.
+
+Loaded with ``pytest_plugins = ["conftest_http"]`` by the test modules that need it. The
+fixture ``http_server`` (module scope) builds a repository of small Triton Python models,
+starts one server process on free ports, waits for ``/v2/health/ready`` with a deadline,
+and stops it with SIGTERM at the end of the module.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infercore.cli import build_parser
+from infercore.testing import RepositoryBuilder
+
+ADD_SUB_CONFIG = """
+name: "add_sub"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
+  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 4 ] }
+]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+ADD_SUB_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", a + b),
+                pb_utils.Tensor("OUTPUT1", a - b),
+            ]))
+        return responses
+"""
+
+# Every Triton datatype in one model: each optional input IN_<T> comes back as OUT_<T>.
+DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+             "FP16", "FP32", "FP64", "BF16", "BYTES")
+
+
+def _config_type(datatype: str) -> str:
+    return "TYPE_STRING" if datatype == "BYTES" else "TYPE_" + datatype
+
+
+IDENTITY_CONFIG = "\n".join([
+    'name: "identity"', 'backend: "python"', "max_batch_size: 0",
+    "input [", ",\n".join(
+        f'  {{ name: "IN_{t}", data_type: {_config_type(t)}, dims: [ -1 ], optional: true }}'
+        for t in DATATYPES), "]",
+    "output [", ",\n".join(
+        f'  {{ name: "OUT_{t}", data_type: {_config_type(t)}, dims: [ -1 ] }}'
+        for t in DATATYPES), "]",
+    "instance_group [ { count: 1, kind: KIND_CPU } ]",
+])
+
+IDENTITY_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            outputs = [pb_utils.Tensor("OUT_" + t.name()[3:], t.as_numpy())
+                       for t in request.inputs()]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+"""
+
+CLASSIFIER_CONFIG = """
+name: "classifier"
+backend: "python"
+max_batch_size: 4
+input [ { name: "SCORES", data_type: TYPE_FP32, dims: [ 5 ] } ]
+output [
+  { name: "PROBS", data_type: TYPE_FP32, dims: [ 5 ], label_filename: "labels.txt" },
+  { name: "COUNTS", data_type: TYPE_INT32, dims: [ 5 ] }
+]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+CLASSIFIER_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            scores = pb_utils.get_input_tensor_by_name(request, "SCORES").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("PROBS", scores),
+                pb_utils.Tensor("COUNTS", (scores * 10).astype(np.int32)),
+            ]))
+        return responses
+"""
+
+LABELS = "cat\ndog\nbird\nfish\nfrog\n"
+
+# Reports what the request carried: parameters, correlation id, flags, timeout, id.
+ECHO_CONFIG = """
+name: "echo"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "INFO", data_type: TYPE_STRING, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+ECHO_PY = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            info = {
+                "parameters": json.loads(request.parameters()),
+                "correlation_id": request.correlation_id(),
+                "flags": request.flags(),
+                "timeout": request.timeout(),
+                "request_id": request.request_id(),
+            }
+            out = np.array([json.dumps(info).encode()], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("INFO", out)],
+                parameters={"echoed": True, "count": 1, "note": "hi"}))
+        return responses
+"""
+
+# Runs until cancelled (or 20 s); each cancellation it sees is counted as a failure.
+SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+max_batch_size: 0
+input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "DONE", data_type: TYPE_FP32, dims: [ 1 ] } ]
+instance_group [ { count: 2, kind: KIND_CPU } ]
+"""
+
+SLOW_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
+            deadline = time.monotonic() + float(seconds[0])
+            while time.monotonic() < deadline and not request.is_cancelled():
+                time.sleep(0.005)
+            if request.is_cancelled():
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)))
+            else:
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("DONE", seconds)]))
+        return responses
+"""
+
+DECOUPLED_CONFIG = """
+name: "decoupled"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_INT32, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+DECOUPLED_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            sender = request.get_response_sender()
+            for _ in range(2):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def build_repository(path: Path) -> Path:
+    repo = RepositoryBuilder(path)
+    repo.add_model("add_sub", config=ADD_SUB_CONFIG, model_py=ADD_SUB_PY)
+    # a model the repository tests may unload and reload without disturbing the others
+    repo.add_model("spare", config=ADD_SUB_CONFIG.replace('"add_sub"', '"spare"'),
+                   model_py=ADD_SUB_PY)
+    repo.add_model("identity", config=IDENTITY_CONFIG, model_py=IDENTITY_PY)
+    repo.add_model("classifier", config=CLASSIFIER_CONFIG, model_py=CLASSIFIER_PY,
+                   files={"labels.txt": LABELS})
+    repo.add_model("echo", config=ECHO_CONFIG, model_py=ECHO_PY)
+    repo.add_model("slow", config=SLOW_CONFIG, model_py=SLOW_PY)
+    repo.add_model("decoupled", config=DECOUPLED_CONFIG, model_py=DECOUPLED_PY)
+    return repo.path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _accepts(flag: str) -> bool:
+    _, unknown = build_parser().parse_known_args(["serve", flag])
+    return not unknown
+
+
+def _other_frontend_flags() -> list[str]:
+    """Keep the gRPC and metrics frontends off our ports (or off entirely, when possible)."""
+    flags = []
+    if _accepts("--allow-grpc=false"):
+        flags.append("--allow-grpc=false")
+    elif _accepts("--grpc-port=1"):
+        flags += ["--grpc-port", str(free_port())]
+    if _accepts("--allow-metrics=false"):
+        flags.append("--allow-metrics=false")
+    return flags
+
+
+class ServeProcess:
+    """``python -m infercore serve`` on a free HTTP port, stopped with SIGTERM."""
+
+    def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.log_path = log_path
+        command = [sys.executable, "-m", "infercore", "serve", "--model-repository",
+                   str(repository), "--http-address", "127.0.0.1", "--http-port",
+                   str(self.port), "--exit-timeout-secs", "5", *_other_frontend_flags(), *extra]
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"infercore serve exited: {self.log()}")
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+                connection.request("GET", "/v2/health/ready")
+                if connection.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)  # a separate process: nothing to wait on but its port
+        raise TimeoutError(f"infercore serve not ready after {timeout}s: {self.log()}")
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    root = tmp_path_factory.mktemp("http")
+    server = ServeProcess(build_repository(root / "models"), root / "server.log",
+                          "--model-control-mode", "explicit", "--load-model", "*",
+                          "--http-max-input-size", str(4 * 1024 * 1024),
+                          "--http-header-forward-pattern", "^x-fwd-")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,311 @@
+"""Malformed, oversized and abandoned requests, sent as raw HTTP: each gets the right
+answer (or a clean cancellation), the server keeps serving and its memory stays flat."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import socket
+import time
+
+import numpy as np
+import pytest
+
+pytest_plugins = ["conftest_http"]
+
+LIMIT = 4 * 1024 * 1024  # the --http-max-input-size of the conftest_http server
+
+
+def _request(server, method: str, path: str, body: bytes = b"",
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request(method, path, body, headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def _error(body: bytes) -> str:
+    document = json.loads(body)
+    assert set(document) == {"error"}
+    return document["error"]
+
+
+def _binary_request(size_claimed: int = 16, data: bytes | None = None,
+                    header_length: int | None = None) -> tuple[bytes, dict[str, str]]:
+    values = np.ones((1, 4), np.float32)
+    header = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+         "parameters": {"binary_data_size": size_claimed}},
+        {"name": "INPUT1", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}).encode()
+    payload = values.tobytes() if data is None else data
+    length = len(header) if header_length is None else header_length
+    return header + payload, {"Inference-Header-Content-Length": str(length)}
+
+
+def _assert_still_serving(server) -> None:
+    status, _, body = _request(server, "POST", "/v2/models/add_sub/infer", *_binary_request())
+    assert status == 200, body
+
+
+def test_malformed_json_is_a_bad_request(http_server):
+    status, _, body = _request(http_server, "POST", "/v2/models/add_sub/infer", b"{not json")
+
+    assert status == 400
+    assert _error(body).startswith("failed to parse the request JSON buffer")
+    _assert_still_serving(http_server)
+
+
+def test_header_length_beyond_the_body_is_a_bad_request(http_server):
+    body, headers = _binary_request()
+    headers["Inference-Header-Content-Length"] = str(len(body) + 10)
+
+    status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer", body, headers)
+
+    assert status == 400
+    assert _error(answer) == (f"inference header size should be in range (0, {len(body)}), "
+                              f"got: {len(body) + 10}")
+
+
+def test_binary_data_shorter_than_announced_is_a_bad_request(http_server):
+    status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer",
+                                 *_binary_request(data=b"\0" * 10))
+
+    assert status == 400
+    assert _error(answer) == ("unexpected size for input 'INPUT0', expecting 6 additional "
+                              "bytes for model 'add_sub'")
+
+
+def test_binary_size_that_does_not_match_the_shape_is_a_bad_request(http_server):
+    status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer",
+                                 *_binary_request(size_claimed=12, data=b"\0" * 12))
+
+    assert status == 400
+    assert _error(answer) == ("input byte size mismatch for input 'INPUT0' for model "
+                              "'add_sub'. Expected 16, got 12")
+
+
+def test_extra_bytes_after_the_inputs_are_a_bad_request(http_server):
+    status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer",
+                                 *_binary_request(data=b"\0" * 20))
+
+    assert status == 400
+    assert _error(answer) == "unexpected additional input data for model 'add_sub'"
+
+
+def test_json_data_whose_size_mismatches_the_shape_is_a_bad_request(http_server):
+    body = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]},
+        {"name": "INPUT1", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+
+    status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer", body.encode())
+
+    assert status == 400
+    assert _error(answer) == ("Unable to parse 'data': Shape does not match true shape of "
+                              "'data' field")
+
+
+@pytest.mark.parametrize("path, message", [
+    ("/v2/models/missing/infer", "Request for unknown model: 'missing' is not found"),
+    ("/v2/models/add_sub/versions/9/infer",
+     "Request for unknown model: 'add_sub' version 9 is not found"),
+])
+def test_unknown_model_or_version_is_not_found_whatever_the_body(http_server, path, message):
+    status, _, answer = _request(http_server, "POST", path, b"{garbage")
+
+    assert status == 404
+    assert _error(answer) == message
+
+
+def test_body_over_the_limit_is_refused_and_the_connection_closed(http_server):
+    body = b"{" + b" " * (LIMIT + 1) + b"}"
+
+    status, headers, answer = _request(http_server, "POST", "/v2/models/add_sub/infer", body)
+
+    assert status == 400
+    assert "exceeds the maximum allowed value of 4194304 bytes" in _error(answer)
+    assert headers.get("connection") == "close"
+    _assert_still_serving(http_server)
+
+
+def test_chunked_body_over_the_limit_is_refused(http_server):
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * (1024 * 1024)
+        for _ in range(5):
+            sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+        answer = _read_response(sock)
+
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"exceeds the maximum allowed value" in answer
+
+
+def test_compressed_body_inflating_past_the_limit_is_refused(http_server):
+    bomb = gzip.compress(b" " * (LIMIT + 100))  # a few KiB on the wire
+
+    status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer", bomb,
+                                 {"Content-Encoding": "gzip"})
+
+    assert status == 400
+    assert "exceeds the maximum allowed value" in _error(answer)
+
+
+def test_unknown_content_encoding_is_not_implemented(http_server):
+    status, headers, answer = _request(http_server, "POST", "/v2/models/add_sub/infer",
+                                       b"{}", {"Content-Encoding": "br"})
+
+    assert status == 501
+    assert _error(answer) == "Unsupported compression type"
+    assert headers["accept-encoding"] == "gzip, deflate"
+
+
+def test_unknown_route_and_wrong_method(http_server):
+    status, _, answer = _request(http_server, "GET", "/v2/nothing/here")
+    assert (status, _error(answer)) == (404, "Not Found")
+
+    status, _, answer = _request(http_server, "GET", "/v2/models/add_sub/infer")
+    assert (status, _error(answer)) == (405, "Method Not Allowed")
+
+
+def test_malformed_http_is_answered_and_the_connection_closed(http_server):
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"NONSENSE\x00\x01 / HTTP/9.9\r\n\r\n")
+        answer = _read_response(sock)
+        assert sock.recv(1) == b""  # closed
+
+    assert answer.startswith(b"HTTP/1.1 400")
+    _assert_still_serving(http_server)
+
+
+def test_pipelined_requests_are_answered_in_order(http_server):
+    body, headers = _binary_request()
+    infer = (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+             b"Inference-Header-Content-Length: " + headers[
+                 "Inference-Header-Content-Length"].encode()
+             + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    missing = b"GET /v2/models/missing HTTP/1.1\r\nHost: x\r\n\r\n"
+    live = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(infer + missing + live + infer)
+        responses = _Responses(sock)
+        statuses = [responses.next().split(b" ", 2)[1] for _ in range(4)]
+
+    assert statuses == [b"200", b"404", b"200", b"200"]
+
+
+def test_http_1_0_without_keep_alive_closes_after_the_answer(http_server):
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"GET /v2/health/ready HTTP/1.0\r\n\r\n")
+        answer = _read_response(sock)
+        assert sock.recv(1) == b""
+
+    assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_expect_100_continue_is_honoured(http_server):
+    body, headers = _binary_request()
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Expect: 100-continue\r\nInference-Header-Content-Length: "
+                     + headers["Inference-Header-Content-Length"].encode()
+                     + b"\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        answer = _read_response(sock)
+
+    assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_client_disconnect_cancels_its_request(http_server):
+    request = json.dumps({"inputs": [
+        {"name": "SECONDS", "shape": [1], "datatype": "FP32", "data": [20.0]}]}).encode()
+    started = time.monotonic()
+
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(request) + request)
+    # The model would run 20 s; cancelled, it stops within a few ms and counts a failure.
+    stats = _wait_for_failures(http_server, "slow", 1, deadline=10.0)
+
+    assert stats["inference_stats"]["fail"]["count"] == 1
+    assert stats["inference_stats"]["success"]["count"] == 0
+    assert time.monotonic() - started < 10.0
+    _assert_still_serving(http_server)
+
+
+def test_bad_requests_do_not_grow_memory(http_server):
+    bad = [
+        ("POST", "/v2/models/add_sub/infer", b"{not json", {}),
+        ("POST", "/v2/models/add_sub/infer", *_binary_request(data=b"\0" * 10)),
+        ("POST", "/v2/models/add_sub/infer", *_binary_request(size_claimed=12, data=b"\0" * 12)),
+        ("POST", "/v2/models/missing/infer", b"{}", {}),
+        ("POST", "/v2/models/add_sub/infer", b"x" * 200_000, {"Content-Encoding": "gzip"}),
+        ("GET", "/v2/no/such/route", b"", {}),
+    ]
+
+    def storm(rounds: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", http_server.port, timeout=10)
+        for _ in range(rounds):
+            for method, path, body, headers in bad:
+                conn.request(method, path, body, headers)
+                response = conn.getresponse()
+                response.read()
+                assert response.status in (400, 404)
+        conn.close()
+
+    storm(50)  # warm up: allocator pools, caches, first-use imports
+    before = http_server.rss_bytes()
+    storm(300)
+    growth = http_server.rss_bytes() - before
+
+    assert growth < 8 * 1024 * 1024, f"RSS grew by {growth / 1e6:.1f} MB over 1800 bad requests"
+    _assert_still_serving(http_server)
+
+
+def _wait_for_failures(server, model: str, count: int, deadline: float) -> dict:
+    end = time.monotonic() + deadline
+    while True:
+        _, _, body = _request(server, "GET", f"/v2/models/{model}/stats")
+        stats = json.loads(body)["model_stats"][0]
+        if stats["inference_stats"]["fail"]["count"] >= count or time.monotonic() > end:
+            return stats
+        time.sleep(0.02)  # another process: poll its statistics endpoint
+
+
+class _Responses:
+    """Reads HTTP responses (headers + Content-Length body) one by one from a raw socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = b""
+
+    def _fill(self) -> bool:
+        chunk = self._sock.recv(65536)
+        self._buffer += chunk
+        return bool(chunk)
+
+    def next(self) -> bytes:
+        while b"\r\n\r\n" not in self._buffer:
+            if not self._fill():
+                data, self._buffer = self._buffer, b""
+                return data
+        head, _, rest = self._buffer.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        self._buffer = rest
+        while len(self._buffer) < length and self._fill():
+            pass
+        body, self._buffer = self._buffer[:length], self._buffer[length:]
+        return head + b"\r\n\r\n" + body
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    return _Responses(sock).next()
