@@ -4,6 +4,7 @@ The public API is what this module exports; everything else is internal.
 """
 
 from ._version import __version__
+from .custom_metrics import Metric, MetricFamily, MetricKind
 from .errors import (
     AlreadyExistsError,
     CancelledError,
@@ -24,6 +25,7 @@ from .response import InferResponse, ResponseStream
 from .server import Server
 from .stats import BatchStatistics, Duration, ModelStatistics
 from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
+from .tracing import TraceConfig
 
 __all__ = [
     "AlreadyExistsError",
@@ -37,6 +39,9 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "MemoryType",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
     "Model",
     "ModelControlMode",
     "ModelIndexEntry",
@@ -49,6 +54,7 @@ __all__ = [
     "ResponseStream",
     "Server",
     "Tensor",
+    "TraceConfig",
     "TritonError",
     "UnavailableError",
     "UnknownError",

@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["LOGLOG_FORMATS", "LogSettings", "LogSettingsManager"]
+__all__ = ["LOG_FORMATS", "LogSettings", "LogSettingsManager"]
 
 _ROOT = "infercore"
 LOG_FORMATS = {

@@ -281,12 +281,17 @@ class LoadedModel:
         if self._decoupled:
             self._observe_responses(request)
         with self._inflight_lock:
-            if not self._accepting:
-                raise UnavailableError(
-                    f"Request for unknown model: '{self.name}' version {self.version} is not "
-                    "ready"
-                )
-            self._inflight[id(request)] = request
+            accepting = self._accepting
+            if accepting:
+                self._inflight[id(request)] = request
+        if not accepting:
+            if request.trace is not None:  # sampled, then refused: end its trace
+                request.trace.released(self._clock())
+                request.trace.settled()
+            raise UnavailableError(
+                f"Request for unknown model: '{self.name}' version {self.version} is not "
+                "ready"
+            )
         try:
             self._scheduler.enqueue(request, wake=not deferred)  # type: ignore[union-attr]
         except BaseException:

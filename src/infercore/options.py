@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InvalidArgumentError
+from .tracing import TraceConfig
 
 __all__ = ["ModelControlMode", "Options", "RateLimitMode", "RateLimiterResource"]
 
@@ -34,7 +35,11 @@ class RateLimiterResource:
 class Options:
     """Everything a Server is started with. Validated at construction.
 
-    ``exit_timeout`` is in seconds, as tritonserver's ``--exit-timeout-secs``.
+    ``exit_timeout`` is in seconds, as tritonserver's ``--exit-timeout-secs``;
+    ``metrics_interval`` in milliseconds (``--metrics-interval-ms``).
+    ``metrics_configuration`` is tritonserver's (group "" -> {setting: value}: see
+    metrics.MetricsSettings); ``trace_config`` is what ``--trace-config`` gives
+    (tracing.parse_trace_config).
     """
 
     model_repository: str | Path | Sequence[str | Path] = ()
@@ -59,6 +64,12 @@ class Options:
     log_error: bool = True
     log_file: str = ""
     log_format: str = "default"
+    metrics: bool = True
+    gpu_metrics: bool = True
+    cpu_metrics: bool = True
+    metrics_interval: int = 2000
+    metrics_configuration: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    trace_config: TraceConfig = field(default_factory=TraceConfig)
 
     def __post_init__(self) -> None:
         repositories = self.model_repository
@@ -73,6 +84,8 @@ class Options:
             raise InvalidArgumentError("model_load_thread_count must be >= 1")
         if self.log_verbose < 0:
             raise InvalidArgumentError("log_verbose must be >= 0")
+        if self.metrics_interval <= 0:
+            raise InvalidArgumentError("metrics_interval must be > 0 milliseconds")
 
     @property
     def repositories(self) -> tuple[Path, ...]:

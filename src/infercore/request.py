@@ -4,6 +4,11 @@ A request is built by a caller (the in-process API or a frontend), validated by 
 queued by a scheduler and executed by an instance's backend thread. Its fields are written
 by one thread at a time, in that order, so they need no lock; the cancel flag is the one
 field written from any thread, and it is a plain bool set once (idempotent).
+
+``trace`` is None for a request that its model may sample for tracing; the model sets it
+to the request's trace when sampled. Requests a model sends itself (ensemble steps, BLS)
+get their parent's child trace, or ``tracing.NO_TRACE`` (never sampled on their own, as
+in Triton, where only requests from clients are sampled).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from .tensor import Tensor
 
 if TYPE_CHECKING:
     from .response import ResponseSender
+    from .trace_record import TraceHandle
 
 __all__ = ["InferRequest", "ParameterValue"]
 
@@ -46,6 +52,7 @@ class InferRequest:
         "sender",
         "cancelled",
         "_cancel_hooks",
+        "trace",
         # timestamps in monotonic ns, at Triton's statistics points
         "request_start_ns",
         "queue_start_ns",
@@ -87,6 +94,7 @@ class InferRequest:
         self.sender: ResponseSender | None = None
         self.cancelled = False
         self._cancel_hooks: list[Callable[[], Any]] | None = None
+        self.trace: TraceHandle | None = None
         self.request_start_ns = 0
         self.queue_start_ns = 0
         self.compute_start_ns = 0

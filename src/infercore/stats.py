@@ -7,20 +7,38 @@ record is a handful of integer additions under it, a snapshot copies them out.
 Figures follow Triton's statistics extension: ``inference_count`` counts inferences
 (batch elements), ``execution_count`` counts backend executions, and each duration is
 cumulative over requests (a request in a batch of four adds the batch's compute time once
-for itself).
+for itself). Failures also count by Triton's metric reasons (REJECTED, CANCELED, BACKEND,
+OTHER), for ``nv_inference_request_failure``.
+
+Two optional parts exist only when the metrics configuration asks for them, so the hot
+path pays nothing otherwise: a sliding window of per-request latencies (the quantiles of
+``summary_latencies``) and a first-response histogram for decoupled models
+(``histogram_latencies``). Both are written under the same lock as the counters.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .request import InferRequest
 
-__all__ = ["BatchStatistics", "Duration", "ModelStatistics", "ModelStats",
+__all__ = ["BatchStatistics", "Duration", "FailureCounts", "HistogramSnapshot",
+           "LatencyWindow", "MemoryUsage", "ModelStatistics", "ModelStats",
            "ResponseStatistics"]
+
+# Triton's failure reasons (the ``reason`` label of nv_inference_request_failure).
+REJECTED = "REJECTED"  # refused on entry, full queue, queue timeout
+CANCELED = "CANCELED"  # cancelled before execution
+BACKEND = "BACKEND"  # failed during execution
+OTHER = "OTHER"  # anything else (ensembles report only this, as Triton's do)
+FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +89,42 @@ class ResponseStatistics:
 
 
 @dataclass(frozen=True, slots=True)
+class FailureCounts:
+    """Failed requests by Triton's failure reason."""
+
+    rejected: int = 0
+    canceled: int = 0
+    backend: int = 0
+    other: int = 0
+
+    def by_reason(self) -> dict[str, int]:
+        return {REJECTED: self.rejected, CANCELED: self.canceled, BACKEND: self.backend,
+                OTHER: self.other}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUsage:
+    """Memory a backend reports for a model version (Triton's memory_usage entries)."""
+
+    type: str  # "CPU", "CPU_PINNED", "GPU"
+    id: int
+    byte_size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "id": self.id, "byte_size": self.byte_size}
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """Cumulative bucket counts (one per upper bound, then +Inf), count and sum."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    count: int
+    sum: float
+
+
+@dataclass(frozen=True, slots=True)
 class ModelStatistics:
     """A snapshot of one model version's statistics, in Triton's terms."""
 
@@ -92,6 +146,10 @@ class ModelStatistics:
     instance_executions: dict[str, int] = field(default_factory=dict)
     # response index -> figures, for decoupled models
     response_stats: dict[int, ResponseStatistics] = field(default_factory=dict)
+    # failures by reason; infercore's own figure (Triton reports it as a metric label)
+    fail_reasons: FailureCounts = FailureCounts()
+    # what the backend reported (none of the built-in CPU backends reports any)
+    memory_usage: tuple[MemoryUsage, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Triton's statistics JSON for one model version."""
@@ -114,7 +172,7 @@ class ModelStatistics:
             "response_stats": {str(index): stats.to_dict()
                                for index, stats in sorted(self.response_stats.items())},
             "batch_stats": [b.to_dict() for b in self.batch_stats],
-            "memory_usage": [],
+            "memory_usage": [m.to_dict() for m in self.memory_usage],
         }
 
 
@@ -133,12 +191,86 @@ class _Counter:
         return Duration(self.count, self.ns)
 
 
-class ModelStats:
-    """Accumulates one model version's statistics; safe to record from any thread."""
+class LatencyWindow:
+    """Per-request latencies of the last ``max_age_ns``, for summary quantiles.
 
-    def __init__(self, name: str, version: int) -> None:
+    Triton's summaries (prometheus-cpp) cover a 60 s sliding window. Here the window also
+    keeps at most ``max_samples`` requests (the most recent), so recording is one tuple
+    append and a scrape sorts a bounded list; quantiles are exact over what is kept. Not
+    locked: ModelStats writes and reads it under its own lock.
+    """
+
+    SERIES = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+
+    def __init__(self, max_age_ns: int = 60_000_000_000, max_samples: int = 2048) -> None:
+        self.max_age_ns = max_age_ns
+        # (monotonic ns, request, queue, compute_input, compute_infer, compute_output) in ns
+        self._samples: deque[tuple[int, int, int, int, int, int]] = deque(maxlen=max_samples)
+
+    def add(self, now_ns: int, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
+            output_ns: int) -> None:
+        self._samples.append((now_ns, request_ns, queue_ns, input_ns, infer_ns, output_ns))
+
+    def quantiles(self, now_ns: int, qs: Sequence[float]) -> dict[str, list[float]]:
+        """Series name -> the value (us) at each quantile (NaN when the window is empty)."""
+        samples = self._samples
+        horizon = now_ns - self.max_age_ns
+        while samples and samples[0][0] < horizon:
+            samples.popleft()
+        result: dict[str, list[float]] = {}
+        for column, series in enumerate(self.SERIES, start=1):
+            values = sorted(sample[column] for sample in samples)
+            result[series] = [_quantile(values, q) / 1e3 for q in qs]
+        return result
+
+
+def _quantile(values: list[int], q: float) -> float:
+    """Nearest-rank quantile of sorted ``values``."""
+    if not values:
+        return float("nan")  # what prometheus-cpp reports for an empty window
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+class _Histogram:
+    """Bucket counts for one histogram series; written under ModelStats' lock."""
+
+    __slots__ = ("bounds", "counts", "count", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.sum += value
+
+    def snapshot(self) -> HistogramSnapshot:
+        cumulative, total = [], 0
+        for count in self.counts:
+            total += count
+            cumulative.append(total)
+        return HistogramSnapshot(self.bounds, tuple(cumulative), self.count, self.sum)
+
+
+class ModelStats:
+    """Accumulates one model version's statistics; safe to record from any thread.
+
+    ``latency_window`` keeps per-request latencies for summaries; ``first_response_buckets``
+    (ms) enables the first-response histogram. Both default to off.
+    """
+
+    def __init__(self, name: str, version: int, *, latency_window: LatencyWindow | None = None,
+                 first_response_buckets: Sequence[float] | None = None) -> None:
         self.name = name
         self.version = version
+        self._window = latency_window
+        self._first_response = (None if first_response_buckets is None
+                                else _Histogram(first_response_buckets))
+        self._fail_reasons = dict.fromkeys(FAILURE_REASONS, 0)
+        self._memory_usage: tuple[MemoryUsage, ...] = ()
         self._lock = threading.Lock()
         self._last_inference_ms = 0
         self._inference_count = 0
@@ -159,13 +291,16 @@ class ModelStats:
         """Record one backend execution of ``requests`` and each request's outcome.
 
         Timestamps are read from the requests (all of one execution share the compute
-        ones). A request counts as failed when an error response was sent for it.
+        ones). A request counts as failed (reason BACKEND) when an error response was sent
+        for it. A traced request is told its execution is recorded (its trace may end).
         """
         first = requests[0]
         input_ns = first.compute_input_end_ns - first.compute_start_ns
         infer_ns = first.compute_output_start_ns - first.compute_input_end_ns
         output_ns = first.compute_end_ns - first.compute_output_start_ns
         batch_size = 0
+        window = self._window
+        traced = False
         with self._lock:
             self._execution_count += 1
             if instance:
@@ -173,16 +308,23 @@ class ModelStats:
                     self._instance_executions.get(instance, 0) + 1)
             self._last_inference_ms = time.time_ns() // 1_000_000
             for request in requests:
+                if request.trace is not None:
+                    traced = True
                 sender = request.sender
                 if sender is not None and sender.failed:
                     self._fail.add(now_ns - request.request_start_ns)
+                    self._fail_reasons[BACKEND] += 1
                     continue
                 batch_size += request.batch_size or 1
-                self._success.add(now_ns - request.request_start_ns)
-                self._queue.add(request.compute_start_ns - request.queue_start_ns)
+                request_ns = now_ns - request.request_start_ns
+                queue_ns = request.compute_start_ns - request.queue_start_ns
+                self._success.add(request_ns)
+                self._queue.add(queue_ns)
                 self._compute_input.add(input_ns)
                 self._compute_infer.add(infer_ns)
                 self._compute_output.add(output_ns)
+                if window is not None:
+                    window.add(now_ns, request_ns, queue_ns, input_ns, infer_ns, output_ns)
             self._inference_count += batch_size
             if batch_size:
                 counters = self._batches.get(batch_size)
@@ -191,6 +333,10 @@ class ModelStats:
                 counters[0].add(input_ns)
                 counters[1].add(infer_ns)
                 counters[2].add(output_ns)
+        if traced:  # outside the lock: ending a trace may write it out
+            for request in requests:
+                if request.trace is not None:
+                    request.trace.settled()
 
     def record_response(self, index: int, infer_ns: int, output_ns: int, kind: str) -> None:
         """One response of a decoupled request: ``kind`` is "success", "fail", "empty"
@@ -207,16 +353,52 @@ class ModelStats:
 
     def record_success(self, request: InferRequest, now_ns: int) -> None:
         """A request answered without an execution of this model's own (an ensemble)."""
+        request_ns = now_ns - request.request_start_ns
         with self._lock:
             self._last_inference_ms = time.time_ns() // 1_000_000
             self._inference_count += request.batch_size or 1
             self._execution_count += 1
-            self._success.add(now_ns - request.request_start_ns)
+            self._success.add(request_ns)
+            if self._window is not None:
+                self._window.add(now_ns, request_ns, 0, 0, 0, 0)
 
-    def record_failure(self, request: InferRequest, now_ns: int) -> None:
-        """A request that failed before execution (validation, queue timeout, cancel)."""
+    def record_failure(self, request: InferRequest, now_ns: int, reason: str = OTHER) -> None:
+        """A request that failed before execution (validation, queue timeout, cancel);
+        ``reason`` is one of Triton's failure reasons."""
         with self._lock:
             self._fail.add(now_ns - request.request_start_ns)
+            self._fail_reasons[reason] += 1
+
+    def observe_first_response(self, ms: float) -> None:
+        """Time from a decoupled request's start to its first response (histogram on)."""
+        histogram = self._first_response
+        if histogram is not None:
+            with self._lock:
+                histogram.observe(ms)
+
+    @property
+    def observes_first_response(self) -> bool:
+        return self._first_response is not None
+
+    def first_response_histogram(self) -> HistogramSnapshot | None:
+        if self._first_response is None:
+            return None
+        with self._lock:
+            return self._first_response.snapshot()
+
+    def latency_quantiles(self, now_ns: int, qs: Sequence[float]
+                          ) -> dict[str, list[float]] | None:
+        """Summary quantiles (us) per series over the window; None when summaries are off."""
+        if self._window is None:
+            return None
+        with self._lock:
+            return self._window.quantiles(now_ns, qs)
+
+    def report_memory_usage(self, usage: Sequence[MemoryUsage]) -> None:
+        """What a backend reports its model version holds (TRITONBACKEND's
+        ModelReportMemoryUsage); shown in the statistics' memory_usage."""
+        with self._lock:
+            self._memory_usage = tuple(usage)
 
     def snapshot(self) -> ModelStatistics:
         with self._lock:
@@ -240,4 +422,6 @@ class ModelStats:
                 instance_executions=dict(sorted(self._instance_executions.items())),
                 response_stats={index: ResponseStatistics(*(c.freeze() for c in counters))
                                 for index, counters in self._responses.items()},
+                fail_reasons=FailureCounts(*(self._fail_reasons[r] for r in FAILURE_REASONS)),
+                memory_usage=self._memory_usage,
             )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import TritonError as CoreTritonError
 from ...request import InferRequest, ParameterValue
 from ...response import InferResponse, ResponseSender, ResponseStream
+from ...trace_record import NO_TRACE, TraceHandle
 from .pb_error import TritonError, TritonModelException
 from .pb_tensor import Tensor, _from_core, _to_core
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "InferenceRequest",
+    "InferenceTrace",
     "InferenceResponse",
     "InferenceResponseSender",
     "PreferredMemory",
@@ -296,6 +298,28 @@ class InferenceResponseSender:
         return self._sent > 0 or self._closed
 
 
+# -- tracing -------------------------------------------------------------------------------
+class InferenceTrace:
+    """The trace of a request (``request.trace()``); pass it to a BLS request
+    (``InferenceRequest(..., trace=request.trace())``) to trace the call as its child."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: TraceHandle | None = None) -> None:
+        self._handle = handle
+
+    def get_context(self, mode: str = "opentelemetry") -> str | None:
+        """The OpenTelemetry context (JSON with ``traceparent``) of a request traced in
+        opentelemetry mode; None otherwise."""
+        if mode != "opentelemetry" or self._handle is None:
+            return None
+        context = self._handle.context()
+        return None if context is None else json.dumps(context)
+
+    def _child(self) -> TraceHandle:
+        return NO_TRACE if self._handle is None else self._handle.spawn_child()
+
+
 # -- requests ------------------------------------------------------------------------------
 class InferenceRequest:
     """A request: the ones ``execute`` receives, or one a model builds to call another (BLS).
@@ -317,6 +341,7 @@ class InferenceRequest:
         "_core",
         "_decoupled",
         "_response_sender",
+        "_trace",
     )
 
     def __init__(
@@ -333,8 +358,8 @@ class InferenceRequest:
         trace: Any = None,
         parameters: Mapping[str, bool | int | str] | None = None,
     ) -> None:
-        # preferred_memory and trace are accepted as Triton does; outputs stay where the
-        # called model put them, and requests are not traced (yet).
+        # preferred_memory is accepted as Triton does; outputs stay where the called model
+        # put them. ``trace`` (the calling request's ``trace()``) traces the call as a child.
         if inputs is None:
             raise TypeError("InferenceRequest() missing required argument 'inputs'")
         if requested_output_names is None:
@@ -358,9 +383,13 @@ class InferenceRequest:
         self._flags = int(flags)
         self._timeout = int(timeout)
         self._parameters = _parameters_dict(parameters)
+        if trace is not None and not isinstance(trace, InferenceTrace):
+            raise TritonModelException(
+                f"Expected an 'InferenceTrace' object for \"trace\", found type '{type(trace)}'.")
         self._core: InferRequest | None = None
         self._decoupled = False
         self._response_sender: InferenceResponseSender | None = None
+        self._trace: InferenceTrace | None = trace
 
     @classmethod
     def _wrap(
@@ -384,6 +413,7 @@ class InferenceRequest:
         made._core = core
         made._decoupled = decoupled
         made._response_sender = None
+        made._trace = None
         return made
 
     # -- what execute reads ------------------------------------------------------------
@@ -416,6 +446,13 @@ class InferenceRequest:
 
     def is_cancelled(self) -> bool:
         return self._core is not None and self._core.is_cancelled()
+
+    def trace(self) -> InferenceTrace:
+        """This request's trace (untraced requests give one that traces nothing)."""
+        if self._trace is not None:
+            return self._trace
+        core_trace = None if self._core is None else self._core.trace
+        return InferenceTrace(core_trace)
 
     def get_response_sender(self) -> InferenceResponseSender:
         sender = self._response_sender
@@ -485,6 +522,8 @@ class InferenceRequest:
             sequence_start=bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START),
             sequence_end=bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END),
         )
+        # Untraced unless the model passes its request's trace (as in Triton).
+        request.trace = NO_TRACE if self._trace is None else self._trace._child()
         try:
             return infer(request), None
         except CoreTritonError as exc:  # rejected on entry: unknown model, bad input ...

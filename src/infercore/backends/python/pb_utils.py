@@ -1,8 +1,9 @@
 """infercore's ``triton_python_backend_utils``: the API Triton Python models import.
 
 ``import triton_python_backend_utils as pb_utils`` resolves to a shim re-exporting this
-module's ``__all__``. The pieces live in ``pb_error``, ``pb_tensor``, ``pb_request`` and
-``model_config_api``; ``Logger`` and the small lookup helpers live here.
+module's ``__all__``. The pieces live in ``pb_error``, ``pb_tensor``, ``pb_request``,
+``pb_metrics`` (custom metrics) and ``model_config_api``; ``Logger`` and the small lookup
+helpers live here.
 
 ``Logger`` writes through Python ``logging`` (logger ``infercore.model``), each record
 prefixed with the model name and carrying ``model_name``/``model_version``/``instance_name``
@@ -22,6 +23,7 @@ from .model_config_api import (
     using_decoupled_model_transaction_policy,
 )
 from .pb_error import TritonError, TritonModelException
+from .pb_metrics import Metric, MetricFamily
 from .pb_request import (
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
@@ -33,6 +35,7 @@ from .pb_request import (
     InferenceRequest,
     InferenceResponse,
     InferenceResponseSender,
+    InferenceTrace,
     PreferredMemory,
     ResponseIterator,
     current_scope,
@@ -59,8 +62,11 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InferenceResponseSender",
+    "InferenceTrace",
     "LogLevel",
     "Logger",
+    "Metric",
+    "MetricFamily",
     "ModelConfig",
     "PreferredMemory",
     "ResponseIterator",

@@ -1,0 +1,260 @@
+"""The metrics endpoint: ``GET /metrics`` with the server's Prometheus text, on its own port.
+
+``add_arguments`` adds tritonserver's metrics flags; ``options_from_args`` gives the
+``Options`` fields they set (the metrics switches, interval and configuration, which the
+server needs before models load); ``from_args`` builds the endpoint, or None with
+``--allow-metrics=false``.
+
+``MetricsFrontend`` serves HTTP/1.1 (keep-alive, httptools' parser) from an asyncio loop on
+its own thread, ``infercore-metrics``, which it starts, owns and joins. Rendering happens
+on that thread: a scrape reads statistics snapshots, nothing blocks on inference.
+
+States: created -> started (listening) -> stopped. ``stop`` closes the listener and the
+open connections; it waits at most ``timeout`` seconds for the thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import threading
+from typing import Any
+
+import httptools
+
+from ..errors import InvalidArgumentError
+from ..metrics import parse_metrics_config
+from ..server import Server
+
+__all__ = ["MetricsFrontend", "add_arguments", "from_args", "options_from_args"]
+
+logger = logging.getLogger(__name__)
+
+_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
+
+
+def _int_at_least(minimum: int, maximum: int | None = None) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"{value} is out of range")
+        return value
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """tritonserver's metrics flags."""
+    group = parser.add_argument_group("metrics (Prometheus text at /metrics)")
+    group.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL",
+                       help="serve metrics (default true)")
+    group.add_argument("--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
+                       help="GPU metrics (accepted; infercore reports none)")
+    group.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
+                       help="nv_cpu_* metrics from /proc (default true)")
+    group.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS")
+    group.add_argument("--metrics-port", type=_int_at_least(0, 65535), default=8002,
+                       metavar="PORT")
+    group.add_argument("--metrics-interval-ms", type=_int_at_least(1), default=2000,
+                       metavar="MS", help="how often CPU metrics are re-read (default 2000)")
+    group.add_argument("--metrics-config", action="append", default=[],
+                       metavar="SETTING=VALUE",
+                       help="counter_latencies, summary_latencies, summary_quantiles, "
+                            "histogram_latencies (repeatable)")
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Options`` fields the metrics flags set (``Options(**..., **these)``).
+
+    Raises InvalidArgumentError for a malformed ``--metrics-config``.
+    """
+    return {
+        "metrics": args.allow_metrics,
+        "gpu_metrics": args.allow_gpu_metrics,
+        "cpu_metrics": args.allow_cpu_metrics,
+        "metrics_interval": args.metrics_interval_ms,
+        "metrics_configuration": parse_metrics_config(args.metrics_config),
+    }
+
+
+def from_args(server: Server, args: argparse.Namespace) -> MetricsFrontend | None:
+    if not args.allow_metrics:
+        return None
+    return MetricsFrontend(server, args.metrics_address, args.metrics_port)
+
+
+class MetricsFrontend:
+    """Serves ``server.metrics()`` at ``GET /metrics``."""
+
+    def __init__(self, server: Server, address: str = "0.0.0.0", port: int = 8002) -> None:
+        self._server = server
+        self.address = address
+        self._port = port
+        self._state = "created"
+        self._state_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._listening = threading.Event()
+        self._start_error: BaseException | None = None
+        self._connections: set[asyncio.Transport] = set()
+
+    def __repr__(self) -> str:
+        return f"MetricsFrontend(address={self.address!r}, port={self._port}, {self._state})"
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the one the OS chose when created with port 0)."""
+        return self._port
+
+    def start(self) -> None:
+        """Listen and serve; raises OSError when the address cannot be bound."""
+        with self._state_lock:
+            if self._state != "created":
+                raise InvalidArgumentError(f"the metrics endpoint is {self._state}")
+            self._state = "started"
+        self._thread = threading.Thread(target=self._run, name="infercore-metrics",
+                                        daemon=True)
+        self._thread.start()
+        self._listening.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            with self._state_lock:
+                self._state = "stopped"
+            raise self._start_error
+        logger.info("Started Metrics Service at %s:%d", self.address, self._port)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Close the listener and the connections; join the thread (at most ``timeout``)."""
+        with self._state_lock:
+            previous, self._state = self._state, "stopped"
+        if previous != "started":
+            return
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # the loop already ended
+                pass
+        assert self._thread is not None
+        self._thread.join(max(0.0, timeout) + 1.0)
+        if self._thread.is_alive():
+            logger.error("the metrics endpoint's thread did not stop in time")
+
+    def __enter__(self) -> MetricsFrontend:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- the loop thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start(), or logged
+            if not self._listening.is_set():
+                self._start_error = exc
+            else:
+                logger.exception("the metrics endpoint failed")
+        finally:
+            self._listening.set()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Connection(self), self.address,
+                                          self._port)
+        self._port = server.sockets[0].getsockname()[1]
+        self._listening.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.close()
+            for transport in list(self._connections):
+                transport.close()
+            await server.wait_closed()
+
+    def _render(self) -> bytes:
+        return self._server.metrics().encode("utf-8")
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parse requests, answer each in order."""
+
+    def __init__(self, frontend: MetricsFrontend) -> None:
+        self._frontend = frontend
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._frontend._connections.add(self._transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._frontend._connections.discard(self._transport)  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._respond(400, b"upgrades are not supported\n", close=True)
+        except httptools.HttpParserError:
+            self._respond(400, b"bad request\n", close=True)
+
+    # httptools callbacks
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_message_complete(self) -> None:
+        url, self._url = self._url, b""
+        path = httptools.parse_url(url).path
+        method = self._parser.get_method()
+        keep_alive = self._parser.should_keep_alive()
+        if path != b"/metrics":
+            self._respond(404, b"not found\n", close=not keep_alive)
+        elif method not in (b"GET", b"HEAD"):
+            self._respond(405, b"method not allowed\n", close=not keep_alive,
+                          extra=b"Allow: GET, HEAD\r\n")
+        else:
+            try:
+                body = self._frontend._render()
+            except Exception:  # noqa: BLE001 - a scrape must not take the endpoint down
+                logger.exception("rendering metrics failed")
+                self._respond(500, b"failed to render metrics\n", close=not keep_alive)
+                return
+            self._respond(200, body, close=not keep_alive, head=method == b"HEAD",
+                          content_type=_CONTENT_TYPE)
+
+    def _respond(self, status: int, body: bytes, *, close: bool, head: bool = False,
+                 content_type: bytes = b"text/plain; charset=utf-8",
+                 extra: bytes = b"") -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found",
+                  405: b"Method Not Allowed", 500: b"Internal Server Error"}[status]
+        header = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n"
+                  % (status, reason, content_type, len(body), extra,
+                     b"Connection: close\r\n" if close else b""))
+        transport.write(header if head else header + body)
+        if close:
+            transport.close()

@@ -1,0 +1,437 @@
+"""Prometheus metrics with Triton's names and labels, rendered at scrape time.
+
+Nothing is counted for metrics on the hot path: ``ServerMetrics.render`` reads each loaded
+model's statistics snapshot (stats.py, the single source) and turns it into Triton's
+families, labelled ``model`` and ``version``:
+
+    nv_inference_request_success / _failure{reason=REJECTED|CANCELED|BACKEND|OTHER}
+    nv_inference_count, nv_inference_exec_count, nv_inference_pending_request_count
+    nv_inference_{request,queue,compute_input,compute_infer,compute_output}_duration_us
+        (counter_latencies, default on)
+    nv_inference_{request,queue,compute_input,compute_infer,compute_output}_summary_us
+        (summary_latencies=true; quantiles from stats' latency window)
+    nv_inference_first_response_histogram_ms (histogram_latencies=true, decoupled models)
+    nv_cache_{num_hits,num_misses,hit_duration,miss_duration}_per_model (cache enabled)
+
+plus ``nv_cpu_utilization`` and ``nv_cpu_memory_{total,used}_bytes`` from /proc (Linux),
+sampled at most once per ``metrics_interval`` when scraped, and the custom families
+(custom_metrics.py). GPU metrics are accepted and absent (no GPU support).
+
+The text comes from prometheus_client's exposition, with one correction: prometheus_client
+follows OpenMetrics and names every counter family ``<name>_total`` in its HELP/TYPE
+lines, while Triton's counters (``nv_inference_count``, ...) have no such suffix.
+``render`` removes exactly the suffix prometheus_client added, so the output is Triton's.
+
+Threads: ``render`` runs on any thread (the metrics endpoint's, an API caller's); it takes
+each model's statistics lock briefly and the CPU sampler's lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric as PromMetric
+from prometheus_client.utils import floatToGoString
+
+from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
+from .custom_metrics import CustomMetricsRegistry
+from .errors import InvalidArgumentError
+from .stats import FAILURE_REASONS, Duration, ModelStatistics
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
+
+__all__ = ["DEFAULT_QUANTILES", "MetricsSettings", "ServerMetrics", "parse_metrics_config"]
+
+logger = logging.getLogger(__name__)
+
+# Triton's default summary quantiles (quantile, allowed error).
+DEFAULT_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.0001))
+
+_BOOLEAN_KEYS = ("counter_latencies", "summary_latencies", "histogram_latencies")
+
+# name, help, statistics field (durations are reported in microseconds)
+_LATENCIES = (
+    ("request", "Cumulative inference request duration in microseconds "
+                "(includes cached requests)", "success"),
+    ("queue", "Cumulative inference queuing duration in microseconds "
+              "(includes cached requests)", "queue"),
+    ("compute_input", "Cumulative compute input duration in microseconds "
+                      "(does not include cached requests)", "compute_input"),
+    ("compute_infer", "Cumulative compute inference duration in microseconds "
+                      "(does not include cached requests)", "compute_infer"),
+    ("compute_output", "Cumulative inference compute output duration in microseconds "
+                       "(does not include cached requests)", "compute_output"),
+)
+_SUMMARY_HELP = {
+    "request": "Summary of inference request duration in microseconds "
+               "(includes cached requests)",
+    "queue": "Summary of inference queuing duration in microseconds "
+             "(includes cached requests)",
+    "compute_input": "Summary of compute input duration in microseconds "
+                     "(does not include cached requests)",
+    "compute_infer": "Summary of compute inference duration in microseconds "
+                     "(does not include cached requests)",
+    "compute_output": "Summary of inference compute output duration in microseconds "
+                      "(does not include cached requests)",
+}
+
+# Every family the server itself may emit: custom families cannot take these names.
+BUILTIN_FAMILIES = (
+    "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+    "nv_inference_exec_count", "nv_inference_pending_request_count",
+    *(f"nv_inference_{name}_duration_us" for name, _, _ in _LATENCIES),
+    *(f"nv_inference_{name}_summary_us" for name, _, _ in _LATENCIES),
+    "nv_inference_first_response_histogram_ms",
+    "nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model",
+    "nv_cache_hit_duration_per_model", "nv_cache_miss_duration_per_model",
+    "nv_cache_hit_summary_per_model", "nv_cache_miss_summary_per_model",
+    "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
+    "nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
+    "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption",
+)
+CUSTOM_REGISTRY.reserve(BUILTIN_FAMILIES)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """What to report: Options' metrics switches and ``metrics_configuration``."""
+
+    enabled: bool = True
+    cpu: bool = True
+    gpu: bool = True
+    interval_ms: int = 2000
+    counter_latencies: bool = True
+    summary_latencies: bool = False
+    histogram_latencies: bool = False
+    quantiles: tuple[tuple[float, float], ...] = DEFAULT_QUANTILES
+
+    @classmethod
+    def from_configuration(cls, configuration: Mapping[str, Mapping[str, str]], *,
+                           enabled: bool = True, cpu: bool = True, gpu: bool = True,
+                           interval_ms: int = 2000) -> MetricsSettings:
+        """Settings from tritonserver's ``metrics_configuration`` (group "" holds
+        counter_latencies, summary_latencies, histogram_latencies, summary_quantiles).
+
+        Raises InvalidArgumentError for a malformed value; unknown settings are ignored
+        with a warning, as Triton ignores them.
+        """
+        if interval_ms <= 0:
+            raise InvalidArgumentError("metrics_interval must be > 0 milliseconds")
+        values: dict[str, Any] = {}
+        for group, settings in configuration.items():
+            for key, value in settings.items():
+                if group or key not in (*_BOOLEAN_KEYS, "summary_quantiles"):
+                    logger.warning("unknown metrics configuration setting '%s%s%s' ignored",
+                                   group, "," if group else "", key)
+                elif key == "summary_quantiles":
+                    values["quantiles"] = _quantiles(value)
+                else:
+                    values[key] = _boolean(key, value)
+        return cls(enabled=enabled, cpu=cpu, gpu=gpu, interval_ms=interval_ms, **values)
+
+
+def parse_metrics_config(items: Sequence[str]) -> dict[str, dict[str, str]]:
+    """tritonserver's ``--metrics-config [<group>,]<setting>=<value>`` values ->
+    ``Options.metrics_configuration``."""
+    configuration: dict[str, dict[str, str]] = {}
+    for item in items:
+        group, comma, setting = item.partition(",")
+        if not comma or "=" in group:
+            group, setting = "", item
+        key, equals, value = setting.partition("=")
+        if not equals or not key:
+            raise InvalidArgumentError(
+                f"invalid --metrics-config '{item}', expected <setting>=<value>")
+        configuration.setdefault(group, {})[key] = value
+    return configuration
+
+
+def _boolean(key: str, value: str) -> bool:
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise InvalidArgumentError(f"metrics setting {key} must be true or false, got '{value}'")
+
+
+def _quantiles(text: str) -> tuple[tuple[float, float], ...]:
+    pairs = []
+    for part in text.split(","):
+        quantile, colon, error = part.strip().partition(":")
+        try:
+            if not colon:
+                raise ValueError
+            q, e = float(quantile), float(error)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"invalid summary_quantiles '{text}', expected <quantile>:<error>,...") from None
+        if not 0.0 <= q <= 1.0:
+            raise InvalidArgumentError(f"summary quantile {q} is not within [0, 1]")
+        pairs.append((q, e))
+    return tuple(pairs)
+
+
+class CpuSampler:
+    """nv_cpu_* from /proc/stat and /proc/meminfo, re-read at most once per interval.
+
+    Utilisation is busy/total jiffies between the two latest samples, as Triton computes
+    it (busy: user, nice, system, irq, softirq, steal; idle: idle, iowait); used memory is
+    MemTotal - MemAvailable.
+    """
+
+    def __init__(self, interval_ns: int, proc: Path = Path("/proc"),
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self._interval_ns = interval_ns
+        self._proc = proc
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._times = self._read_times()
+        self._sampled_ns = clock()
+        self._values: tuple[float, int, int] | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._times is not None
+
+    def values(self) -> tuple[float, int, int] | None:
+        """(utilisation 0..1, total bytes, used bytes), or None off Linux."""
+        with self._lock:
+            now = self._clock()
+            if self._values is None or now - self._sampled_ns >= self._interval_ns:
+                self._refresh(now)
+            return self._values
+
+    def _refresh(self, now: int) -> None:
+        times = self._read_times()
+        memory = self._read_memory()
+        if times is None or memory is None:
+            self._values = None
+            return
+        utilisation = 0.0
+        if self._times is not None:
+            busy = times[0] - self._times[0]
+            total = busy + times[1] - self._times[1]
+            utilisation = busy / total if total > 0 else 0.0
+        self._times, self._sampled_ns = times, now
+        self._values = (utilisation, memory[0], memory[1])
+
+    def _read_times(self) -> tuple[int, int] | None:
+        try:
+            line = (self._proc / "stat").read_text().splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        fields = line.split()
+        if fields[0] != "cpu" or len(fields) < 9:
+            return None
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+        return user + nice + system + irq + softirq + steal, idle + iowait
+
+    def _read_memory(self) -> tuple[int, int] | None:
+        try:
+            text = (self._proc / "meminfo").read_text()
+        except OSError:
+            return None
+        info = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                info[name] = int(parts[0]) * 1024
+        if "MemTotal" not in info or "MemAvailable" not in info:
+            return None
+        return info["MemTotal"], info["MemTotal"] - info["MemAvailable"]
+
+
+def _cache_enabled(model: LoadedModel) -> bool:
+    """Whether ``model`` uses the response cache. There is no cache yet; the cache issue
+    reports the model's state here, and the nv_cache_* families then appear."""
+    return bool(getattr(model, "response_cache_enabled", False))
+
+
+class ServerMetrics:
+    """A server's metrics: ``render()`` gives the Prometheus text."""
+
+    def __init__(self, settings: MetricsSettings,
+                 models: Callable[[], Sequence[LoadedModel]],
+                 custom: CustomMetricsRegistry = CUSTOM_REGISTRY,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.settings = settings
+        self._models = models
+        self._custom = custom
+        self._clock = clock
+        self._cpu = (CpuSampler(settings.interval_ms * 1_000_000)
+                     if settings.enabled and settings.cpu else None)
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(self)  # type: ignore[arg-type]
+
+    def render(self) -> str:
+        """The Prometheus text exposition (format 0.0.4) of every family, Triton's names."""
+        text = generate_latest(self._registry).decode("utf-8")
+        return _triton_counter_names(text)
+
+    # -- prometheus_client Collector -------------------------------------------------------
+    def collect(self) -> Iterator[PromMetric]:
+        if self.settings.enabled:
+            models = sorted(self._models(), key=lambda m: (m.name, m.version))
+            if models:
+                yield from self._model_families(models)
+            if self._cpu is not None:
+                yield from self._cpu_families()
+        yield from self._custom.collect()
+
+    def _model_families(self, models: Sequence[LoadedModel]) -> Iterator[PromMetric]:
+        settings = self.settings
+        rows = [(m, m.stats.snapshot(), {"model": m.name, "version": str(m.version)})
+                for m in models]
+
+        def counter(name: str, help_text: str,
+                    value: Callable[[ModelStatistics], float]) -> PromMetric:
+            family = PromMetric(name, help_text, "counter")
+            for _, snapshot, labels in rows:
+                family.add_sample(name, labels, value(snapshot))
+            return family
+
+        yield counter("nv_inference_request_success",
+                      "Number of successful inference requests, all batch sizes",
+                      lambda s: s.success.count)
+        failure = PromMetric("nv_inference_request_failure",
+                             "Number of failed inference requests, all batch sizes", "counter")
+        for _, snapshot, labels in rows:
+            counts = snapshot.fail_reasons.by_reason()
+            for reason in FAILURE_REASONS:
+                failure.add_sample("nv_inference_request_failure",
+                                   {**labels, "reason": reason}, counts[reason])
+        yield failure
+        yield counter("nv_inference_count",
+                      "Number of inferences performed (does not include cached requests)",
+                      lambda s: s.inference_count)
+        yield counter("nv_inference_exec_count",
+                      "Number of model executions performed (does not include cached "
+                      "requests)", lambda s: s.execution_count)
+        pending = PromMetric("nv_inference_pending_request_count",
+                             "Instantaneous number of pending requests awaiting execution "
+                             "per-model.", "gauge")
+        for model, _, labels in rows:
+            pending.add_sample("nv_inference_pending_request_count", labels,
+                               model.pending_count)
+        yield pending
+        if settings.counter_latencies:
+            for name, help_text, field_name in _LATENCIES:
+                yield counter(f"nv_inference_{name}_duration_us", help_text,
+                              functools.partial(_field_us, field_name))
+        cached = [row for row in rows if _cache_enabled(row[0])]
+        if cached and settings.counter_latencies:
+            yield from _cache_families(cached)
+        if settings.summary_latencies:
+            yield from self._summaries(rows)
+        if settings.histogram_latencies:
+            yield from _first_response_histograms(rows)
+
+    def _summaries(self, rows: list[tuple[LoadedModel, ModelStatistics, dict[str, str]]]
+                   ) -> Iterator[PromMetric]:
+        qs = [q for q, _ in self.settings.quantiles]
+        now = self._clock()
+        windows = [(model.stats.latency_quantiles(now, qs), snapshot, labels,
+                    _cache_enabled(model)) for model, snapshot, labels in rows]
+        for name, _, field_name in _LATENCIES:
+            family_name = f"nv_inference_{name}_summary_us"
+            family = PromMetric(family_name, _SUMMARY_HELP[name], "summary")
+            for quantiles, snapshot, labels, cached in windows:
+                if quantiles is None or (name == "request" and cached):
+                    # Triton leaves the request summary out for cached models (its
+                    # duration would not include cache management).
+                    continue
+                for q, value in zip(qs, quantiles[name], strict=True):
+                    family.add_sample(family_name, {**labels, "quantile": floatToGoString(q)},
+                                      value)
+                duration: Duration = getattr(snapshot, field_name)
+                family.add_sample(family_name + "_count", labels, duration.count)
+                family.add_sample(family_name + "_sum", labels, _us(duration))
+            yield family
+
+    def _cpu_families(self) -> Iterator[PromMetric]:
+        assert self._cpu is not None
+        values = self._cpu.values()
+        if values is None:
+            return
+        for name, help_text, value in (
+                ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", values[0]),
+                ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", values[1]),
+                ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", values[2])):
+            family = PromMetric(name, help_text, "gauge")
+            family.add_sample(name, {}, value)
+            yield family
+
+
+def _us(duration: Duration) -> float:
+    return duration.ns // 1_000
+
+
+def _field_us(field_name: str, snapshot: ModelStatistics) -> float:
+    return _us(getattr(snapshot, field_name))
+
+
+def _cache_families(rows: list[tuple[Any, ModelStatistics, dict[str, str]]]
+                    ) -> Iterator[PromMetric]:
+    for name, help_text, value in (
+            ("nv_cache_num_hits_per_model", "Number of cache hits per model",
+             lambda s: s.cache_hit.count),
+            ("nv_cache_num_misses_per_model", "Number of cache misses per model",
+             lambda s: s.cache_miss.count),
+            ("nv_cache_hit_duration_per_model",
+             "Total cache hit duration per model, in microseconds", lambda s: _us(s.cache_hit)),
+            ("nv_cache_miss_duration_per_model",
+             "Total cache miss (insert+lookup) duration per model, in microseconds",
+             lambda s: _us(s.cache_miss))):
+        family = PromMetric(name, help_text, "counter")
+        for _, snapshot, labels in rows:
+            family.add_sample(name, labels, value(snapshot))
+        yield family
+
+
+def _first_response_histograms(rows: list[tuple[LoadedModel, ModelStatistics,
+                                                dict[str, str]]]) -> Iterator[PromMetric]:
+    name = "nv_inference_first_response_histogram_ms"
+    family = PromMetric(name, "Duration from request to first response in milliseconds",
+                        "histogram")
+    for model, _, labels in rows:
+        histogram = model.stats.first_response_histogram()
+        if histogram is None:
+            continue
+        for bound, cumulative in zip((*histogram.bounds, math.inf), histogram.cumulative,
+                                     strict=True):
+            family.add_sample(name + "_bucket", {**labels, "le": floatToGoString(bound)},
+                              cumulative)
+        family.add_sample(name + "_count", labels, histogram.count)
+        family.add_sample(name + "_sum", labels, histogram.sum)
+    if family.samples:
+        yield family
+
+
+def _triton_counter_names(text: str) -> str:
+    """Undo prometheus_client's ``_total`` on counter HELP/TYPE lines (see the module
+    docstring): it appends the suffix to every counter family name, so one suffix is
+    removed from each."""
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if line.startswith("# TYPE ") and line.endswith(" counter"):
+            name = line[len("# TYPE "):-len(" counter")]
+            if not name.endswith("_total"):
+                continue
+            bare = name[:-len("_total")]
+            lines[index] = f"# TYPE {bare} counter"
+            previous = lines[index - 1] if index else ""
+            if previous.startswith(f"# HELP {name} ") or previous == f"# HELP {name}":
+                lines[index - 1] = f"# HELP {bare}" + previous[len(f"# HELP {name}"):]
+    return "\n".join(lines)
