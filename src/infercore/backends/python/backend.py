@@ -1,7 +1,10 @@
 """The "python" backend: Triton Python-backend models (``TritonPythonModel``) run in-process.
 
     PythonBackend.auto_complete_config   imports model.py afresh, runs its auto_complete_config
-    PythonBackend.create_model           imports model.py once per model version
+    PythonBackend.create_model           imports model.py once per model version; or, for a
+                                         model whose instances run in worker processes
+                                         (infercore.execution_mode "process"), returns an
+                                         IsolatedModel (isolated.py) and imports nothing
     PythonModel.create_instance          TritonPythonModel() + initialize(args)
     PythonInstance.execute(payload)      execute(requests) on the instance's backend thread
                                          (execute(batch) for batch-assembly models, in
@@ -30,6 +33,7 @@ from ...errors import InternalError, InvalidArgumentError
 from ...payload import Payload
 from ..base import InstanceInfo, ModelContext
 from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
+from .isolated import IsolatedModel, isolation_from_config
 from .loader import load_model_class, model_package, unload_model_class
 from .model_config_api import ModelConfig, config_to_json
 from .pb_error import python_error_text
@@ -119,8 +123,17 @@ class PythonBackend:
         finally:
             unload_model_class(model_class)
 
-    def create_model(self, context: ModelContext) -> PythonModel:
+    def create_model(self, context: ModelContext) -> PythonModel | IsolatedModel:
         # Checked before the import, so a bad parameter fails the load without running model.py.
+        isolation = isolation_from_config(context.config, context.name)
+        if isolation is not None:
+            # Only the workers import model.py (each runs create_in_thread_model).
+            batch_assembly_from_config(context.config, context.name)
+            return IsolatedModel(context, isolation)
+        return self.create_in_thread_model(context)
+
+    def create_in_thread_model(self, context: ModelContext) -> PythonModel:
+        """Import model.py here; its instances run in this process."""
         assembly = batch_assembly_from_config(context.config, context.name)
         model_class = load_model_class(
             _model_file(context.config, context.version_dir),

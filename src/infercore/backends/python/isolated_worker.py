@@ -1,0 +1,415 @@
+"""The server's side of one worker process: start it, execute over shared memory, see it die.
+
+A ``WorkerHandle`` is one incarnation of an isolated instance's worker; a restart makes a new
+handle (isolated.py). Its states:
+
+    starting -> ready -> dead         the process ended unasked (crash, kill, OOM): EOF on
+                      -> finalized    a channel; or FINALIZE was answered (or timed out)
+
+Per payload: the executing thread copies each request's inputs into a block of the input
+arena, registers the request in the in-flight table (isolated_inflight.py) and sends one
+EXECUTE frame. Responses come back as RESPONSE frames naming the request's slot, outputs in
+the output ring; each is copied out and passed to the request's engine ``ResponseSender``.
+
+Threads:
+  - the thread executing a payload (the instance's backend thread, or a caller running its
+    request inline; one at a time, under the engine's ``busy`` lock) writes the data
+    channel and reads it until DONE. A model that is not decoupled answers on this channel,
+    so its requests cross no thread of ours: caller -> worker -> caller.
+  - the event thread (``infercore-<model>-<instance>-events``) reads the event channel: log
+    records, and decoupled models' responses as they come. EOF there is the worker's death:
+    it fails the requests in flight and calls ``on_death`` (the instance restarts).
+  - any thread may cancel a request: that sets the flag byte in its block.
+``_started`` and ``_finalizing`` are plain flags: each is set before the event it explains
+(READY was read; FINALIZE is sent) and read by the event thread only after EOF. A worker
+that dies by itself as finalize begins is taken for a crash, and its instance, already
+stopped, ignores the report.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import InternalError, error_from_code
+from ...payload import Payload
+from ..base import InstanceInfo
+from .isolated_inflight import Inflight, InflightTable, fail
+from .worker_arena import ArenaView, InputArena, create_memory_file
+from .worker_protocol import (
+    DONE,
+    EXECUTE,
+    FINALIZE,
+    FINALIZED,
+    FLAG_FINAL,
+    FLAG_RESPONSE,
+    INIT,
+    INIT_FAILED,
+    LOG,
+    READY,
+    RESPONSE,
+    FrameReader,
+    encode_frame,
+    read_outputs,
+    stage_inputs,
+)
+from .worker_spawner import WorkerProcess, spawn_worker
+
+__all__ = ["WorkerHandle", "WorkerSettings", "WorkerUnreachable"]
+
+logger = logging.getLogger(__name__)
+
+_EXIT_STATUS_WAIT_S = 2.0  # how long a crash report waits to learn how the process ended
+
+# The loggers whose levels workers copy (root, infercore, infercore.model), sent with each
+# execution: records this process would drop never cross.
+_SYNCED_LOGGERS = tuple(logging.getLogger(name) for name in ("", "infercore", "infercore.model"))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Everything a worker of one instance is started with."""
+
+    model_name: str
+    model_version: int
+    instance: InstanceInfo
+    config: bytes  # the normalised ModelConfig, serialised
+    model_dir: str
+    version_dir: str
+    repository: str
+    backend_config: tuple[tuple[str, str], ...]
+    decoupled: bool
+    start_method: str
+    shm_size: int
+    shm_growth: int
+    start_timeout_s: float
+
+
+class WorkerUnreachable(Exception):
+    """The payload never reached the worker (it was already dead); its requests are untouched."""
+
+
+def _log_levels() -> tuple[int, ...]:
+    return tuple(synced.getEffectiveLevel() for synced in _SYNCED_LOGGERS)
+
+
+def _relog(frame: tuple[Any, ...]) -> None:
+    """Log a worker's record here, under its logger, with its file, line and model fields."""
+    _, level, name, message, path, line, function, exc_text, extra = frame
+    target = logging.getLogger(name)
+    if not target.isEnabledFor(level):
+        return
+    fields = None if extra is None else {
+        "model_name": extra[0], "model_version": extra[1], "instance_name": extra[2]
+    }
+    record = target.makeRecord(name, level, path, line, message, (), None, function, fields)
+    if exc_text:
+        record.exc_text = exc_text
+    target.handle(record)
+
+
+class WorkerHandle:
+    """One worker process serving one instance, from spawn to exit."""
+
+    def __init__(self, settings: WorkerSettings, on_death: Callable[[WorkerHandle], None]
+                 ) -> None:
+        self._settings = settings
+        self._name = settings.instance.name
+        self._on_death = on_death
+        self._decoupled = settings.decoupled
+        self._executions = itertools.count(1)
+        self._started = False
+        self._finalizing = False
+        self._crash_text: str | None = None
+        self._process: WorkerProcess | None = None
+        self._event_thread: threading.Thread | None = None
+        self._inflight: InflightTable | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid if self._process is not None else 0
+
+    @property
+    def dead(self) -> bool:
+        return self._inflight is None or self._inflight.closed
+
+    def event_thread_alive(self) -> bool:
+        thread = self._event_thread
+        return thread is not None and thread.is_alive()
+
+    # -- start ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the worker and run the model's ``initialize`` there.
+
+        Raises:
+            TritonError: ``initialize`` (or importing model.py) failed, with the text the
+                in-thread mode gives; or the worker could not start or died while starting.
+        """
+        settings = self._settings
+        size = settings.shm_size
+        self._data, data_theirs = socket.socketpair()
+        self._events, events_theirs = socket.socketpair()
+        self._inputs = InputArena(f"infercore-{self._name}-in", size, settings.shm_growth)
+        self._outputs = ArenaView(create_memory_file(f"infercore-{self._name}-out", size), size)
+        self._inflight = InflightTable(self._inputs.free,
+                                       lambda block: self._inputs.set_flag(block, 1))
+        try:
+            fds = [data_theirs.fileno(), events_theirs.fileno(), self._inputs.fd,
+                   self._outputs.fd]
+            self._process = spawn_worker(settings.start_method, self._name, fds,
+                                         settings.start_timeout_s)
+        except BaseException:
+            self._close_resources()
+            raise
+        finally:
+            data_theirs.close()
+            events_theirs.close()
+        self._reader = FrameReader(self._data)
+        self._event_thread = threading.Thread(
+            target=self._read_events, daemon=True,
+            name=f"infercore-{settings.model_name}-{self._name}-events",
+        )
+        self._event_thread.start()
+        try:
+            self._initialize()
+        except BaseException:
+            self._abandon()
+            raise
+        self._started = True
+
+    def _initialize(self) -> None:
+        settings = self._settings
+        instance = settings.instance
+        init = {
+            "model_name": settings.model_name,
+            "model_version": settings.model_version,
+            "config": settings.config,
+            "model_dir": settings.model_dir,
+            "version_dir": settings.version_dir,
+            "repository": settings.repository,
+            "backend_config": dict(settings.backend_config),
+            "instance": (instance.name, instance.group_name, instance.index, instance.kind,
+                         instance.device_id, instance.passive, instance.profiles,
+                         instance.secondary_devices, instance.host_policy),
+            "decoupled": settings.decoupled,
+            "input_size": self._inputs.size,
+            "output_size": self._outputs.size,
+            "growth": settings.shm_growth,
+            "log_levels": _log_levels(),
+        }
+        try:
+            self._data.sendall(encode_frame((INIT, init)))
+        except OSError:
+            pass  # dead already: the read below says so
+        frames = self._reader.read()
+        if not frames:
+            raise InternalError(
+                f"Stub process '{self._name}' failed to initialize: its worker process "
+                f"{self._describe_exit()}"
+            )
+        frame = frames[0]
+        if frame[0] == INIT_FAILED:
+            raise error_from_code(frame[1], frame[2])
+        if frame[0] != READY:
+            raise InternalError(f"Stub process '{self._name}' sent an unexpected first frame")
+
+    def _abandon(self) -> None:
+        """Tear down a worker that failed to start."""
+        self._table.close()
+        process = self._process
+        if process is not None and process.wait(_EXIT_STATUS_WAIT_S) is None:
+            process.kill()
+            process.wait(_EXIT_STATUS_WAIT_S)
+        self.release()
+
+    @property
+    def _table(self) -> InflightTable:
+        table = self._inflight
+        assert table is not None, "the worker was never started"
+        return table
+
+    # -- execute --------------------------------------------------------------------------
+    def execute(self, payload: Payload) -> None:
+        """Run one payload in the worker; return when its ``execute`` has returned.
+
+        Raises:
+            WorkerUnreachable: the worker died before it read the payload; its requests
+                are untouched.
+        """
+        table = self._table
+        if table.closed:
+            raise WorkerUnreachable
+        entries: list[Inflight] = []
+        records: list[tuple[Any, ...]] = []
+        try:
+            for request in payload.requests:
+                block, descriptors = stage_inputs(self._inputs, request.inputs,
+                                                  request.cancelled)
+                slot, entry = table.add(request, block)
+                entries.append(entry)
+                records.append((
+                    slot, block, request.id, request.correlation_id, request.sequence_start,
+                    request.sequence_end, request.timeout_us, request.parameters,
+                    request.requested_outputs, request.batch_size, descriptors,
+                ))
+            exec_id = next(self._executions)
+            frame = encode_frame((EXECUTE, exec_id, _log_levels(), self._inputs.size,
+                                  tuple(records)))
+        except BaseException:  # e.g. a parameter marshal cannot encode: the engine answers
+            table.take_back(entries)
+            raise
+        payload.mark_compute_input_end()
+        try:
+            self._data.sendall(frame)
+        except OSError:
+            self._undelivered(entries)
+            return
+        self._await_done(exec_id, payload, entries)
+
+    def _await_done(self, exec_id: int, payload: Payload, entries: list[Inflight]) -> None:
+        reader = self._reader
+        received = False
+        while True:
+            frames = reader.read()
+            if not frames:
+                if reader.reset and not received:
+                    self._undelivered(entries)  # raises WorkerUnreachable: retried
+                    return
+                # The worker died with the payload in hand.
+                self._table.close()
+                fail(self._table.take_back(entries), self._crash_error_text())
+                return
+            if not received and not self._decoupled:
+                # Its responses arrive with DONE, once execute returned: outputs start now.
+                payload.mark_compute_output_start()
+            received = True
+            done = False
+            for frame in frames:
+                if frame[0] == RESPONSE:
+                    self._deliver(frame)
+                elif frame[0] == DONE and frame[1] == exec_id:
+                    done = True
+            if done:
+                break
+        if self._decoupled:
+            payload.mark_compute_output_start()
+            if self._table.settle(entries):  # died meanwhile: nobody else fails them now
+                self._table.fail_all(self._crash_error_text())
+            return
+        # A request the model left unanswered is failed by the engine; free its block.
+        self._table.take_back(entries)
+
+    def _undelivered(self, entries: list[Inflight]) -> None:
+        """The worker died without reading the payload: hand it back for a retry."""
+        table = self._table
+        table.close()
+        taken = table.take_back(entries)
+        if len(taken) == len(entries):
+            raise WorkerUnreachable
+        fail(taken, self._crash_error_text())  # some were answered already: fail the rest
+
+    def _deliver(self, frame: tuple[Any, ...]) -> None:
+        _, slot, flags, parameters, error, descriptors, ring_size, sequence = frame
+        try:
+            outputs = read_outputs(self._outputs, ring_size, descriptors) if descriptors else {}
+        finally:
+            if sequence:
+                self._outputs.mark_consumed(sequence)
+        self._table.deliver(slot, final=bool(flags & FLAG_FINAL),
+                            has_response=bool(flags & FLAG_RESPONSE), outputs=outputs,
+                            parameters=parameters, error=error)
+
+    # -- death ----------------------------------------------------------------------------
+    def _describe_exit(self) -> str:
+        process = self._process
+        if process is None:
+            return "did not start"
+        process.wait(_EXIT_STATUS_WAIT_S)
+        return f"(pid {process.pid}) {process.describe_exit()}"
+
+    def _crash_error_text(self) -> str:
+        """What the requests in flight are failed with, close to Triton's wording."""
+        if self._crash_text is None:
+            self._crash_text = (
+                f"Failed to process the request(s) for model '{self._name}', message: Stub "
+                f"process is not healthy. The worker process of instance '{self._name}' "
+                f"{self._describe_exit()} while requests were in flight; it is being "
+                "restarted."
+            )
+        return self._crash_text
+
+    def _read_events(self) -> None:
+        reader = FrameReader(self._events)
+        while True:
+            frames = reader.read()
+            if not frames:
+                break
+            for frame in frames:
+                try:
+                    if frame[0] == LOG:
+                        _relog(frame)
+                    elif frame[0] == RESPONSE:
+                        self._deliver(frame)
+                except Exception:  # noqa: BLE001 - one bad frame must not end the thread
+                    logger.exception("instance %s: failed to handle a frame from its worker",
+                                     self._name)
+        table = self._table
+        table.close()
+        if self._finalizing:
+            table.fail_all(
+                f"Failed to process the request(s) for model '{self._name}', message: the "
+                "model instance was unloaded before the request finished", unavailable=True)
+            return
+        if not self._started:
+            return  # start() reports it
+        text = self._crash_error_text()
+        logger.error("Stub process '%s' is unhealthy and it will be restarted: its worker "
+                     "process %s", self._name, self._describe_exit())
+        table.fail_all(text)
+        self._on_death(self)
+
+    # -- finalize -------------------------------------------------------------------------
+    def finalize(self, timeout: float) -> None:
+        """Run the model's ``finalize`` in the worker, let it exit, release everything."""
+        deadline = time.monotonic() + timeout
+        self._finalizing = True
+        if not self._table.closed:
+            try:
+                self._data.settimeout(timeout)
+                self._data.sendall(encode_frame((FINALIZE,)))
+                finished = False
+                while not finished:
+                    frames = self._reader.read()  # [] at EOF or at the timeout
+                    if not frames:
+                        break
+                    finished = any(frame[0] == FINALIZED for frame in frames)
+            except OSError:  # gone already, or the send timed out
+                pass
+        process = self._process
+        if process is not None:
+            remaining = max(0.1, deadline - time.monotonic())
+            if process.wait(remaining) is None:
+                logger.error("worker of instance %s did not exit after finalize; killing it",
+                             self._name)
+                process.kill()
+                process.wait(_EXIT_STATUS_WAIT_S)
+        self.release()
+
+    def release(self) -> None:
+        """Join the event thread and close the channels and shared memory (after exit)."""
+        thread = self._event_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_EXIT_STATUS_WAIT_S)
+        self._close_resources()
+
+    def _close_resources(self) -> None:
+        for resource in ("_data", "_events", "_inputs", "_outputs"):
+            value = getattr(self, resource, None)
+            if value is not None:
+                value.close()

@@ -1,0 +1,392 @@
+"""Inside a worker process: one instance of a Python model, driven by the server's frames.
+
+The worker runs the unchanged in-thread runtime (``PythonModel``/``PythonInstance`` from
+backend.py) over requests whose inputs are views of its shared memory and whose senders
+are ``_WorkerSender``s: a response the model sends, from ``execute`` or from any thread it
+starts, is copied into the output ring and described in a RESPONSE frame. So the model sees
+exactly the pb_utils API, ``initialize`` args and error texts it sees in-thread.
+
+    INIT      create the model and the instance (imports model.py, runs ``initialize``);
+              answer READY, or INIT_FAILED with the error's code and text
+    EXECUTE   wrap the requests, run ``execute``, answer DONE. For a model that is not
+              decoupled, the responses sent meanwhile are held and written together with
+              DONE: one send, one wake-up of the server
+    FINALIZE  run ``finalize``, answer FINALIZED; the process then exits
+
+A worker's life: started -> initializing (INIT) -> serving (EXECUTE after EXECUTE) ->
+finalizing (FINALIZE) -> exited; or exited at any point when the server is gone, or when the
+model crashes the process (the server then restarts the instance with a new worker).
+
+Log records (the model's ``pb_utils.Logger`` lines, and any other logging) are forwarded to
+the server as LOG frames and logged there under the same logger name. Cancellation needs no
+frame: the server sets a flag byte in the request's input block, which ``is_cancelled``
+reads.
+
+Threads: the main thread reads the data channel and runs INIT/EXECUTE/FINALIZE. Model
+threads may send responses and log at any time. ``_Outbox`` serialises writes: one lock per
+channel (the event channel's is reentrant, as logging may happen while sending), and the
+channel carrying responses also covers the output ring, so ring chunks are consumed in the
+order they were allocated. A watchdog thread blocks reading the event channel, where the
+server never writes: EOF means the server is gone, and the process exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2
+
+from ...errors import InternalError, TritonError
+from ...payload import Payload
+from ...request import InferRequest
+from ...tensor import Tensor as CoreTensor
+from ..base import InstanceInfo, ModelContext
+from .pb_error import TritonModelException, python_error_text
+from .worker_arena import ArenaView, OutputRing
+from .worker_protocol import (
+    DONE,
+    EXECUTE,
+    FINALIZE,
+    FINALIZED,
+    FLAG_FINAL,
+    FLAG_RESPONSE,
+    INIT,
+    INIT_FAILED,
+    LOG,
+    READY,
+    RESPONSE,
+    FrameReader,
+    encode_frame,
+    read_inputs,
+    write_outputs,
+)
+
+__all__ = ["EXIT_SERVER_GONE", "WorkerRuntime", "exit_now"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_SERVER_GONE = 1  # the server closed our channels: nobody is left to answer
+
+
+def exit_now(code: int) -> None:
+    """Leave at once: model threads must not keep the worker alive, nor atexit hooks hang it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream: nothing to keep
+            pass
+    os._exit(code)
+
+
+def _bls_unavailable(request: InferRequest) -> Any:
+    raise TritonModelException(
+        "BLS (InferenceRequest.exec) is not available to process-isolated Python instances "
+        "yet; run this model in-thread (infercore.execution_mode \"thread\") to call other "
+        "models from it"
+    )
+
+
+class _Outbox:
+    """Every write to the server, serialised per channel."""
+
+    def __init__(
+        self, data: socket.socket, events: socket.socket, ring: OutputRing, decoupled: bool
+    ) -> None:
+        self._data = data
+        self._events = events
+        self._ring = ring
+        self._decoupled = decoupled
+        self._data_lock = threading.Lock()
+        self._event_lock = threading.RLock()
+        # The channel that carries responses also orders the ring's chunks.
+        self._response_lock = self._event_lock if decoupled else self._data_lock
+        self._held: list[bytes] | None = None  # data frames kept back during an execute
+
+    def hold(self) -> None:
+        with self._data_lock:
+            self._held = []
+
+    def release(self, frame: tuple[Any, ...]) -> None:
+        """Send ``frame`` after everything held since ``hold``, in one write."""
+        raw = encode_frame(frame)
+        with self._data_lock:
+            held, self._held = self._held, None
+            if held:
+                held.append(raw)
+                raw = b"".join(held)
+            self._write(self._data, raw)
+
+    def send_data(self, frame: tuple[Any, ...]) -> None:
+        raw = encode_frame(frame)
+        with self._data_lock:
+            if self._held is not None:
+                self._held.append(raw)
+            else:
+                self._write(self._data, raw)
+
+    def send_event(self, frame: tuple[Any, ...]) -> None:
+        raw = encode_frame(frame)
+        with self._event_lock:
+            self._write(self._events, raw)
+
+    def respond(self, slot: int, flags: int, parameters: dict[str, Any] | None,
+                error: tuple[int, str] | None, outputs: dict[str, CoreTensor]) -> None:
+        with self._response_lock:
+            sequence, descriptors = write_outputs(self._ring, outputs) if outputs else (0, ())
+            raw = encode_frame((RESPONSE, slot, flags, parameters, error, descriptors,
+                                self._ring.size, sequence))
+            if self._decoupled:
+                self._write(self._events, raw)
+            elif self._held is not None:
+                self._held.append(raw)
+            else:
+                self._write(self._data, raw)
+
+    @staticmethod
+    def _write(channel: socket.socket, raw: bytes) -> None:
+        try:
+            channel.sendall(raw)
+        except OSError:  # the server is gone: nobody is left to answer
+            exit_now(EXIT_SERVER_GONE)
+
+
+class _WorkerRequest(InferRequest):
+    """A request inside the worker: its cancel flag lives in the server's input block."""
+
+    __slots__ = ("_flags", "_flag_offset", "_finished")
+
+    def __init__(self, *args: Any, flags: ArenaView, flag_offset: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._flags = flags
+        self._flag_offset = flag_offset
+        self._finished = False
+
+    def is_cancelled(self) -> bool:
+        if not self.cancelled and not self._finished and self._flags.flag(self._flag_offset):
+            self.cancelled = True
+        return self.cancelled
+
+    def _finish(self) -> None:
+        """The final response is sent: the server may reuse the block from now on."""
+        self.is_cancelled()
+        self._finished = True
+
+
+class _WorkerSender:
+    """The engine's ``ResponseSender`` as the worker's requests see it: sends become frames."""
+
+    __slots__ = ("_request", "_slot", "_outbox", "_closed")
+
+    def __init__(self, request: _WorkerRequest, slot: int, outbox: _Outbox) -> None:
+        self._request = request
+        self._slot = slot
+        self._outbox = outbox
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InternalError(
+                f"response sender of request '{self._request.id}' for model "
+                f"'{self._request.model_name}' is closed: the final response was already sent"
+            )
+
+    def send(self, outputs: dict[str, CoreTensor] | None = None, *,
+             parameters: dict[str, Any] | None = None, error: TritonError | None = None,
+             final: bool = True) -> None:
+        self._check_open()
+        request = self._request
+        if final:
+            self._closed = True
+            request._finish()
+        flags = FLAG_RESPONSE | (FLAG_FINAL if final else 0)
+        wanted = request.requested_outputs
+        if outputs is None:
+            chosen: dict[str, CoreTensor] = {}
+        elif wanted is None:
+            chosen = dict(outputs)
+        else:  # only what was asked for crosses
+            chosen = {name: tensor for name, tensor in outputs.items() if name in wanted}
+        coded = None if error is None else (int(error.code), error.message)
+        try:
+            self._outbox.respond(self._slot, flags, dict(parameters) if parameters else None,
+                                 coded, chosen)
+        except TritonError as exc:  # an output that cannot cross (a GPU tensor)
+            if final:  # still end the request, with the reason
+                self._outbox.respond(self._slot, flags, None, (int(exc.code), exc.message), {})
+            raise
+
+    def close(self) -> None:
+        self._check_open()
+        self._closed = True
+        self._request._finish()
+        self._outbox.respond(self._slot, FLAG_FINAL, None, None, {})
+
+
+class _ForwardingHandler(logging.Handler):
+    """Sends each log record to the server, which logs it under the same logger."""
+
+    def __init__(self, outbox: _Outbox) -> None:
+        super().__init__()
+        self._outbox = outbox
+        self._formatter = logging.Formatter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            exc_text = record.exc_text or ""
+            if record.exc_info and not exc_text:
+                exc_text = self._formatter.formatException(record.exc_info)
+            model = getattr(record, "model_name", None)
+            extra = None if model is None else (
+                model, getattr(record, "model_version", -1), getattr(record, "instance_name", "")
+            )
+            self._outbox.send_event((LOG, record.levelno, record.name, record.getMessage(),
+                                     record.pathname, record.lineno, record.funcName,
+                                     exc_text, extra))
+        except Exception:  # noqa: BLE001 - logging must never break the model
+            self.handleError(record)
+
+
+class WorkerRuntime:
+    """The worker's main loop over its data channel."""
+
+    def __init__(self, data: socket.socket, events: socket.socket, input_fd: int,
+                 output_fd: int) -> None:
+        self._data = data
+        self._events = events
+        self._input_fd = input_fd
+        self._output_fd = output_fd
+        self._levels: tuple[int, ...] = ()
+
+    def run(self) -> int:
+        """Serve until FINALIZE (exit code 0) or until the server is gone."""
+        watchdog = threading.Thread(target=self._watch_server, name="infercore-worker-watchdog",
+                                    daemon=True)
+        watchdog.start()
+        reader = FrameReader(self._data)
+        frames = reader.read()
+        if not frames or frames[0][0] != INIT:
+            return EXIT_SERVER_GONE
+        settings: dict[str, Any] = frames[0][1]
+        self._inputs = ArenaView(self._input_fd, settings["input_size"])
+        ring = OutputRing(self._output_fd, settings["output_size"], settings["growth"])
+        self._model_name: str = settings["model_name"]
+        self._outbox = _Outbox(self._data, self._events, ring, settings["decoupled"])
+        self._decoupled: bool = settings["decoupled"]
+        self._install_logging(settings["log_levels"])
+        if not self._create(settings):
+            return 0
+        while True:
+            frames = reader.read()
+            if not frames:
+                return EXIT_SERVER_GONE
+            for frame in frames:
+                if frame[0] == EXECUTE:
+                    self._execute(frame)
+                elif frame[0] == FINALIZE:
+                    self._finalize()
+                    return 0
+
+    def _watch_server(self) -> None:
+        try:
+            self._events.recv(1)  # the server never writes here: this returns at EOF
+        except OSError:
+            pass
+        exit_now(EXIT_SERVER_GONE)
+
+    def _install_logging(self, levels: tuple[int, ...]) -> None:
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        root.addHandler(_ForwardingHandler(self._outbox))
+        self._apply_levels(levels)
+
+    def _apply_levels(self, levels: tuple[int, ...]) -> None:
+        """Match the server's levels (root, infercore, infercore.model), so records it
+        would drop never cross."""
+        if levels != self._levels:
+            self._levels = levels
+            for name, level in zip(("", "infercore", "infercore.model"), levels, strict=False):
+                logging.getLogger(name).setLevel(level)
+
+    def _create(self, settings: dict[str, Any]) -> bool:
+        from .backend import PythonBackend  # the in-thread runtime, reused as is
+
+        config = model_config_pb2.ModelConfig()
+        config.ParseFromString(settings["config"])
+        context = ModelContext(
+            name=self._model_name,
+            version=settings["model_version"],
+            config=config,
+            model_dir=Path(settings["model_dir"]),
+            version_dir=Path(settings["version_dir"]),
+            repository=Path(settings["repository"]),
+            backend_config=settings["backend_config"],
+            infer=_bls_unavailable,
+        )
+        name, group, index, kind, device_id, passive, profiles, secondary, policy = (
+            settings["instance"]
+        )
+        info = InstanceInfo(name, group, index, kind, device_id, passive, tuple(profiles),
+                            tuple(tuple(s) for s in secondary), policy)
+        try:
+            self._model = PythonBackend().create_in_thread_model(context)
+            self._instance = self._model.create_instance(info)
+        except TritonError as exc:
+            self._outbox.send_data((INIT_FAILED, int(exc.code), exc.message))
+            return False
+        except BaseException as exc:  # noqa: BLE001 - any failure fails the load, with its text
+            self._outbox.send_data((INIT_FAILED, 1, python_error_text(exc, skip_frames=0)))
+            return False
+        self._outbox.send_data((READY, os.getpid()))
+        return True
+
+    def _execute(self, frame: tuple[Any, ...]) -> None:
+        _, exec_id, levels, input_size, records = frame
+        self._apply_levels(levels)
+        requests: list[InferRequest] = []
+        for (slot, block, request_id, correlation_id, sequence_start, sequence_end,
+             timeout_us, parameters, requested, batch_size, inputs) in records:
+            request = _WorkerRequest(
+                self._model_name,
+                read_inputs(self._inputs, input_size, inputs),
+                id=request_id,
+                requested_outputs=requested,
+                parameters=parameters,
+                timeout_us=timeout_us,
+                correlation_id=correlation_id,
+                sequence_start=sequence_start,
+                sequence_end=sequence_end,
+                flags=self._inputs,
+                flag_offset=block,
+            )
+            request.batch_size = batch_size
+            request.sender = _WorkerSender(request, slot, self._outbox)  # type: ignore[assignment]
+            requests.append(request)
+        if not self._decoupled:
+            self._outbox.hold()
+        try:
+            self._instance.execute(Payload(requests, time.monotonic_ns))
+        except Exception as exc:  # noqa: BLE001 - the runtime's own failure: answer, go on
+            logger.exception("execute of model instance in worker %d failed", os.getpid())
+            for unanswered in requests:
+                sender = unanswered.sender
+                if sender is not None and not sender.closed:
+                    sender.send(error=InternalError(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._outbox.release((DONE, exec_id))
+
+    def _finalize(self) -> None:
+        self._instance.finalize()
+        self._model.finalize()
+        self._outbox.send_data((FINALIZED,))
