@@ -95,3 +95,53 @@ def test_serve_exits_nonzero_when_a_model_fails_to_load(tmp_path):
             process.kill()
     assert process.returncode == 1
     assert "| broken" in err and "UNAVAILABLE" in err and "nonsense" in err
+
+
+def test_rate_limit_and_host_policy_flags():
+    options = options_from_args(build_parser().parse_args([
+        "serve", "--rate-limit=execution_count", "--rate-limit-resource=R:4",
+        "--rate-limit-resource", "G:2:1", "--host-policy=pinned,cpu-cores=0-1",
+        "--host-policy", "pinned,numa-node=0",
+    ]))
+    assert options.rate_limiter_mode.value == "execution_count"
+    assert [(r.name, r.count, r.device) for r in options.rate_limiter_resources] == [
+        ("R", 4, -1), ("G", 2, 1)]
+    assert options.host_policies == {"pinned": {"cpu-cores": "0-1", "numa-node": "0"}}
+
+
+@pytest.mark.parametrize("flag", ["--rate-limit-resource=R", "--rate-limit-resource=R:x",
+                                  "--host-policy=pinned", "--rate-limit=sometimes"])
+def test_malformed_rate_limit_and_host_policy_flags_exit_with_usage(flag, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", flag])
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_backend_config_flags():
+    options = options_from_args(build_parser().parse_args([
+        "serve", "--backend-config=onnxruntime,default-max-batch-size=8",
+        "--backend-config", "python,shm-default-byte-size=1024", "--backend-config=x=1"]))
+    assert options.backend_configuration == {
+        "onnxruntime": {"default-max-batch-size": "8"},
+        "python": {"shm-default-byte-size": "1024"}, "": {"x": "1"}}
+
+
+def test_bad_backend_flags_exit_with_usage(tmp_path, capsys):
+    from infercore.cli import main
+
+    for argv in (["serve", "--backend-config=novalue"],
+                 ["serve", f"--backend-directory={tmp_path / 'missing'}"]):
+        with pytest.raises(SystemExit) as caught:
+            main(argv)
+        assert caught.value.code == 2
+        assert "usage:" in capsys.readouterr().err
+
+
+def test_metrics_and_trace_flags_reach_the_options():
+    options = options_from_args(build_parser().parse_args([
+        "serve", "--allow-metrics=false", "--metrics-interval-ms=500",
+        "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=10",
+        "--trace-config", "triton,file=/tmp/trace.json"]))
+    assert options.metrics is False and options.metrics_interval == 500
+    trace = options.trace_config
+    assert (trace.level, trace.rate, trace.file) == (("TIMESTAMPS",), 10, "/tmp/trace.json")

@@ -14,11 +14,16 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from .backends.base import load_backend_directory, parse_backend_config
+from .frontends import metrics as metrics_frontend
 from .errors import TritonError
-from .options import ModelControlMode, Options
+from .logs import LOG_FORMATS
+from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
 from .repository.states import ModelIndexEntry
 from .server import Server
+from .tracing import parse_trace_config
 
 __all__ = ["main"]
 
@@ -42,6 +47,29 @@ def _bool(text: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
+
+
+def _rate_limit_resource(text: str) -> RateLimiterResource:
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise ValueError
+        count = int(parts[1])
+        device = int(parts[2]) if len(parts) == 3 else -1
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid rate limit resource '{text}', expected <name>:<count>[:<device>]"
+        ) from None
+    return RateLimiterResource(parts[0], count, device)
+
+
+def _host_policy(text: str) -> tuple[str, str, str]:
+    name, _, setting = text.partition(",")
+    key, _, value = setting.partition("=")
+    if not name or not key or not value:
+        raise argparse.ArgumentTypeError(
+            f"invalid host policy '{text}', expected <name>,<setting>=<value>")
+    return name, key, value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +110,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-info", type=_bool, default=True, metavar="BOOL")
     serve.add_argument("--log-warning", type=_bool, default=True, metavar="BOOL")
     serve.add_argument("--log-error", type=_bool, default=True, metavar="BOOL")
+    serve.add_argument("--rate-limit", choices=[m.value for m in RateLimitMode],
+                       default="off", help="execution_count: run instances only while the "
+                       "resources they declare are free")
+    serve.add_argument("--rate-limit-resource", action="append", default=[],
+                       type=_rate_limit_resource, metavar="NAME:COUNT[:DEVICE]",
+                       help="size a rate-limiter resource (repeatable); without a device it "
+                       "applies to every device and to global resources")
+    serve.add_argument("--host-policy", action="append", default=[], type=_host_policy,
+                       metavar="NAME,SETTING=VALUE",
+                       help="a host policy setting (repeatable), e.g. pinned,cpu-cores=0-1")
+    serve.add_argument("--backend-directory", action="append", default=[], metavar="DIR",
+                       help="a folder of backend plugin modules (repeatable)")
+    serve.add_argument("--backend-config", action="append", default=[],
+                       metavar="NAME,SETTING=VALUE",
+                       help="a backend setting (repeatable); SETTING=VALUE for all backends")
+    serve.add_argument("--trace-config", action="append", default=[],
+                       metavar="[MODE,]SETTING=VALUE",
+                       help="trace settings as tritonserver takes them (repeatable), e.g. "
+                       "level=TIMESTAMPS, rate=100, triton,file=/tmp/trace.json, "
+                       "mode=opentelemetry")
+    serve.add_argument("--log-file", default="", metavar="PATH",
+                       help="write the log to this file instead of standard error")
+    serve.add_argument("--log-format", default="default", choices=["default", "ISO8601"])
+    for frontend in _frontend_modules():
+        frontend.add_arguments(serve)
     return parser
+
+
+def _frontend_modules() -> list[Any]:
+    """Each frontend module adds its flags and builds its frontend from the parsed args."""
+    from .frontends import grpc, http, metrics
+
+    return [http, grpc, metrics]
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -102,26 +162,22 @@ def options_from_args(args: argparse.Namespace) -> Options:
         log_info=args.log_info,
         log_warn=args.log_warning,
         log_error=args.log_error,
+        log_file=args.log_file,
+        log_format=args.log_format,
+        rate_limiter_mode=RateLimitMode(args.rate_limit),
+        rate_limiter_resources=tuple(args.rate_limit_resource),
+        host_policies=_host_policies(args.host_policy),
+        backend_configuration=parse_backend_config(args.backend_config),
+        trace_config=parse_trace_config(args.trace_config),
+        **metrics_frontend.options_from_args(args),
     )
 
 
-def _configure_logging(options: Options) -> None:
-    if options.log_verbose > 0:
-        level = logging.DEBUG
-    elif options.log_info:
-        level = logging.INFO
-    elif options.log_warn:
-        level = logging.WARNING
-    elif options.log_error:
-        level = logging.ERROR
-    else:
-        level = logging.CRITICAL + 1
-    logging.basicConfig(
-        level=level,
-        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
-    )
+def _host_policies(settings: list[tuple[str, str, str]]) -> dict[str, dict[str, str]]:
+    policies: dict[str, dict[str, str]] = {}
+    for name, key, value in settings:
+        policies.setdefault(name, {})[key] = value
+    return policies
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -145,7 +201,7 @@ def model_table(index: Sequence[ModelIndexEntry]) -> str:
     return format_table(["Model", "Version", "Status"], rows)
 
 
-def serve(options: Options) -> int:
+def serve(options: Options, args: argparse.Namespace | None = None) -> int:
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -162,9 +218,22 @@ def serve(options: Options) -> int:
             logger.error("%s", exc.message)
             return 1
         print(model_table(server.repository_index()), file=sys.stderr)
+        frontends: list[Any] = []
+        try:
+            for module in _frontend_modules() if args is not None else []:
+                frontend = module.from_args(server, args)
+                if frontend is not None:
+                    frontend.start()
+                    frontends.append(frontend)
+        except (OSError, TritonError) as exc:
+            logger.error("failed to start a frontend: %s", exc)
+            _stop_frontends(frontends, float(options.exit_timeout))
+            return 1
         logger.info("infercore is serving %d model version(s); press Ctrl-C to stop",
                     sum(1 for e in server.repository_index() if e.state.value == "READY"))
         stop_requested.wait()
+        # Stop admitting at the edges first; in-flight requests finish within the timeout.
+        _stop_frontends(frontends, float(options.exit_timeout))
     finally:
         server.stop()
         for sig, handler in previous.items():
@@ -172,12 +241,30 @@ def serve(options: Options) -> int:
     return 0
 
 
+def _stop_frontends(frontends: list[Any], timeout: float) -> None:
+    for frontend in reversed(frontends):
+        try:
+            frontend.stop(timeout)
+        except Exception:
+            logger.exception("failed to stop a frontend cleanly")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "serve":
-        options = options_from_args(args)
-        _configure_logging(options)
-        return serve(options)
+        try:
+            options = options_from_args(args)
+            for directory in args.backend_directory:
+                load_backend_directory(directory)
+        except TritonError as exc:
+            parser.error(exc.message)
+        fmt, datefmt = LOG_FORMATS[options.log_format]
+        # Records propagate from the "infercore" logger (whose level the server sets) to
+        # this handler; other libraries stay at WARNING.
+        logging.basicConfig(level=logging.WARNING, format=fmt, datefmt=datefmt,
+                            stream=sys.stderr)
+        return serve(options, args)
     return 2  # argparse already rejected unknown commands
 
 
