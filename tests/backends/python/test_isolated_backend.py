@@ -459,6 +459,39 @@ def test_bad_shared_memory_setting_fails_the_load(harness: Harness):
                      backend_config={"shm-default-byte-size": "lots"})
 
 
+ASSEMBLED_CONFIG = f"""
+name: "assembled"
+backend: "python"
+max_batch_size: 16
+input [ {{ name: "X", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+output [ {{ name: "Y", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+parameters: {{ key: "infercore.batch_assembly" value: {{ string_value: "concat" }} }}
+{PROCESS}
+"""
+
+ASSEMBLED_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, batch):
+        x = pb_utils.get_input_tensor_by_name(batch, "X").as_numpy()
+        return pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 2)],
+                                          parameters={"rows": int(x.shape[0])})
+"""
+
+
+def test_batch_assembly_runs_in_the_worker(harness: Harness):
+    _, (instance,) = harness.load("assembled", ASSEMBLED_PY, ASSEMBLED_CONFIG)
+    xs = [np.full((rows, 4), rows, np.float32) for rows in (1, 3, 2)]
+    pairs = [request("assembled", {"X": x}) for x in xs]
+    execute(instance, *(core for core, _ in pairs))
+    for x, (_, stream) in zip(xs, pairs, strict=True):
+        response = only(stream)
+        np.testing.assert_array_equal(response.outputs["Y"].to_numpy(), x * 2)
+        assert response.parameters["rows"] == 6  # one execute saw the whole batch
+
+
 # -- decoupled -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def streamer(harness: Harness) -> IsolatedInstance:
