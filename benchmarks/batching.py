@@ -2,32 +2,38 @@
 
     python benchmarks/batching.py [--seconds 3] [--write docs/performance.md]
 
-Two experiments, each in one process and one run (compare within it):
+Two experiments, each in its own process, each comparing its models side by side in one
+run. BLAS runs single-threaded (its threads would fight the instance and client threads for
+the cores), so parallelism comes from instances.
 
-1. Batching: "gemv" multiplies each request's FP32 [1024] vector by a 1024x1024 matrix
-   (4 MiB: memory-bound, so a batch reads the matrix once for all its rows). Served
-   without dynamic batching, with it (each request answered by the model's loop, the
-   unchanged Triton API), and with it plus batch assembly (one matmul for the batch).
-2. Instances: "gemm" multiplies each request's [64, 256] matrix by a 256x256 matrix
+1. Batching: "qgemv" multiplies each request's FP32 [2048] vector by a 2048x2048 weight
+   matrix stored as 8-bit codes into a 256-entry codebook and decoded to FP32 once per
+   execution, as quantized layers do, so a batch shares that work. Served without dynamic batching, with it (each
+   request still answered by the model's loop: the unchanged Triton API), and with it plus
+   batch assembly (one matmul for the batch).
+2. Instances: "gemm" multiplies each request's [64, 512] matrix by a 512x512 matrix
    (compute-bound), with 1, 2 and 4 instances.
 
-BLAS runs single-threaded (OPENBLAS_NUM_THREADS=1 etc., set before numpy loads) so that
-parallelism comes from instances, as on a server running several models. Load: C client
-threads, each sending requests back to back for the given time; figures are requests/s and
-the median and p99 latency seen by the clients.
+Load: C client threads in the same process, each sending requests back to back for the
+given time; figures are requests/s and the median and p99 latency seen by the clients.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+if "--child" in sys.argv:
+    # BLAS threads would fight the instance and client threads for the 2 cores (OpenBLAS
+    # spins while waiting): parallelism comes from instances.
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = "1"
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import json  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
+import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -60,6 +66,44 @@ class TritonPythonModel:
         return responses
 """
 
+QUANT_LOOP_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        rng = np.random.default_rng(0)
+        self.codes = rng.integers(0, 256, ({k}, {n}), dtype=np.uint8)
+        self.codebook = rng.standard_normal(256).astype(np.float32)
+
+    def execute(self, requests):
+        # 8-bit codebook weights decoded once per execution, as quantized layers do
+        weight = self.codebook.take(self.codes)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x @ weight)]))
+        return responses
+"""
+
+QUANT_ASSEMBLED_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        rng = np.random.default_rng(0)
+        self.codes = rng.integers(0, 256, ({k}, {n}), dtype=np.uint8)
+        self.codebook = rng.standard_normal(256).astype(np.float32)
+
+    def execute(self, batch):
+        weight = self.codebook.take(self.codes)
+        x = pb_utils.get_input_tensor_by_name(batch, "X").as_numpy()
+        return pb_utils.InferenceResponse([pb_utils.Tensor("Y", x @ weight)])
+"""
+
 ASSEMBLED_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -70,9 +114,10 @@ class TritonPythonModel:
         rng = np.random.default_rng(0)
         self.weight = rng.random(({k}, {n}), dtype=np.float32)
 
-    def execute(self, requests):
-        x = pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x @ self.weight)])]
+    def execute(self, batch):
+        # batch assembly: one request-like object holding the whole batch's rows
+        x = pb_utils.get_input_tensor_by_name(batch, "X").as_numpy()
+        return pb_utils.InferenceResponse([pb_utils.Tensor("Y", x @ self.weight)])
 """
 
 
@@ -90,22 +135,25 @@ instance_group [ {{ count: {count} kind: KIND_CPU }} ]
 """
 
 
-def build_repository(root: Path) -> None:
+def build_repository(root: Path, experiment: str) -> None:
     repo = RepositoryBuilder(root)
-    gemv = LOOP_MODEL.format(k=1024, n=1024)
-    repo.add_model("gemv_unbatched", model_py=gemv,
-                   config=_config("gemv_unbatched", [1024], [1024], "", 1))
-    repo.add_model("gemv_batched", model_py=gemv,
-                   config=_config("gemv_batched", [1024], [1024], "dynamic_batching { }", 1))
-    repo.add_model(
-        "gemv_assembled", model_py=ASSEMBLED_MODEL.format(k=1024, n=1024),
-        config=_config("gemv_assembled", [1024], [1024], "dynamic_batching { }", 1,
-                       'parameters: { key: "infercore.batch_assembly" '
-                       'value: { string_value: "concat" } }'))
-    gemm = LOOP_MODEL.format(k=256, n=256)
+    if experiment == "batching":
+        loop = QUANT_LOOP_MODEL.format(k=2048, n=2048)
+        repo.add_model("qgemv_unbatched", model_py=loop,
+                       config=_config("qgemv_unbatched", [2048], [2048], "", 1))
+        repo.add_model("qgemv_batched", model_py=loop,
+                       config=_config("qgemv_batched", [2048], [2048],
+                                      "dynamic_batching { }", 1))
+        repo.add_model(
+            "qgemv_assembled", model_py=QUANT_ASSEMBLED_MODEL.format(k=2048, n=2048),
+            config=_config("qgemv_assembled", [2048], [2048], "dynamic_batching { }", 1,
+                           'parameters: { key: "infercore.batch_assembly" '
+                           'value: { string_value: "concat" } }'))
+        return
+    gemm = LOOP_MODEL.format(k=512, n=512)
     for count in (1, 2, 4):
         name = f"gemm_x{count}"
-        repo.add_model(name, model_py=gemm, config=_config(name, [64, 256], [64, 256], "", count))
+        repo.add_model(name, model_py=gemm, config=_config(name, [64, 512], [64, 512], "", count))
 
 
 def drive(model: infercore.Model, x: np.ndarray, concurrency: int, seconds: float
@@ -140,26 +188,34 @@ def drive(model: infercore.Model, x: np.ndarray, concurrency: int, seconds: floa
     return len(every) / elapsed, statistics.median(every) / 1e6, p99 / 1e6
 
 
-def run(seconds: float, levels: list[int]) -> dict[str, dict[int, tuple[float, float, float]]]:
+def run(experiment: str, seconds: float, levels: list[int]
+        ) -> dict[str, dict[int, tuple[float, float, float]]]:
     results: dict[str, dict[int, tuple[float, float, float]]] = {}
     rng = np.random.default_rng(1)
+    x = (rng.random((1, 2048), dtype=np.float32) if experiment == "batching"
+         else rng.random((1, 64, 512), dtype=np.float32))
     with tempfile.TemporaryDirectory() as tmp:
-        build_repository(Path(tmp))
-        with infercore.Server(model_repository=tmp, exit_on_error=False) as server:
-            failed = [e for e in server.repository_index() if e.state.value != "READY"]
-            for entry in failed:
-                print(f"skipping {entry.name}: {entry.reason}", file=sys.stderr)
-            ready = {e.name for e in server.repository_index() if e.state.value == "READY"}
-            inputs = {"gemv": rng.random((1, 1024), dtype=np.float32),
-                      "gemm": rng.random((1, 64, 256), dtype=np.float32)}
-            for name in sorted(ready):
-                x = inputs[name.split("_")[0]]
-                model = server.model(name)
+        build_repository(Path(tmp), experiment)
+        with infercore.Server(model_repository=tmp) as server:
+            for entry in sorted(server.repository_index(), key=lambda e: e.name):
+                model = server.model(entry.name)
                 drive(model, x, 2, 0.3)  # warm up
-                results[name] = {c: drive(model, x, c, seconds) for c in levels}
-                print(name, {c: round(v[0]) for c, v in results[name].items()},
+                results[entry.name] = {c: drive(model, x, c, seconds) for c in levels}
+                print(entry.name, {c: round(v[0]) for c, v in results[entry.name].items()},
                       file=sys.stderr)
     return results
+
+
+def run_child(experiment: str, seconds: float, levels: list[int]
+              ) -> dict[str, dict[int, tuple[float, float, float]]]:
+    """Run one experiment in a fresh process (its BLAS thread count set at start)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", experiment, "--seconds", str(seconds),
+         "--concurrency", ",".join(map(str, levels))],
+        check=True, capture_output=True, text=True)
+    raw = json.loads(out.stdout)
+    return {name: {int(c): tuple(v) for c, v in by_level.items()}  # type: ignore[misc]
+            for name, by_level in raw.items()}
 
 
 def render(results: dict[str, dict[int, tuple[float, float, float]]], command: str,
@@ -183,14 +239,15 @@ def render(results: dict[str, dict[int, tuple[float, float, float]]], command: s
         "## Dynamic batching and instances (in-process, numpy models)",
         "",
         f"Command: `{command}`  ",
-        f"Run: {datetime.date.today().isoformat()}, single-threaded BLAS, client threads in "
-        "the same process (see the script's docstring).",
+        f"Run: {datetime.date.today().isoformat()}, client threads in the same process "
+        "(see the script's docstring).",
         "",
-        "Batching (gemv: FP32 [1024] x [1024, 1024] per request):",
+        "Batching (qgemv: FP32 [2048] x a [2048, 2048] matrix of 8-bit codebook weights "
+        "decoded once per execution):",
         "",
-        *table(["gemv_unbatched", "gemv_batched", "gemv_assembled"], "gemv_unbatched"),
+        *table(["qgemv_unbatched", "qgemv_batched", "qgemv_assembled"], "qgemv_unbatched"),
         "",
-        "Instances (gemm: FP32 [64, 256] x [256, 256] per request, no batching):",
+        "Instances (gemm: FP32 [64, 512] x [512, 512] per request, no batching):",
         "",
         *table(["gemm_x1", "gemm_x2", "gemm_x4"], "gemm_x1"),
         MARK_END,
@@ -213,9 +270,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--concurrency", default="1,4,16,32")
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--child", choices=["batching", "instances"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
-    results = run(args.seconds, levels)
+    if args.child:
+        print(json.dumps(run(args.child, args.seconds, levels)))
+        return
+    results = run_child("batching", args.seconds, levels)
+    results.update(run_child("instances", args.seconds, levels))
     command = "python benchmarks/batching.py " + " ".join(sys.argv[1:])
     section = render(results, command.strip(), levels)
     print(section)
