@@ -8,9 +8,9 @@ the cores), so parallelism comes from instances.
 
 1. Batching: "qgemv" multiplies each request's FP32 [2048] vector by a 2048x2048 weight
    matrix stored as 8-bit codes into a 256-entry codebook and decoded to FP32 once per
-   execution, as quantized layers do, so a batch shares that work. Served without dynamic batching, with it (each
-   request still answered by the model's loop: the unchanged Triton API), and with it plus
-   batch assembly (one matmul for the batch).
+   execution, as quantized layers do, so a batch shares that work. Served without
+   dynamic batching, with it (each request still answered by the model's loop: the
+   unchanged Triton API), and with it plus batch assembly (one matmul for the batch).
 2. Instances: "gemm" multiplies each request's [64, 512] matrix by a 512x512 matrix
    (compute-bound), with 1, 2 and 4 instances.
 

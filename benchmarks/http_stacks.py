@@ -14,7 +14,8 @@ quiet-machine waits, stabilisation) with one ``--server`` entry per stack:
 
     python benchmarks/http_stacks.py --bench /tmp/bench --concurrency 4,16
 
-``--serve STACK`` is the server side, started by the harness.
+``--serve STACK`` is the server side, started by the harness. ``--inprocess`` measures,
+without sockets, what the frontend adds per request to the engine's own cost.
 """
 
 from __future__ import annotations
@@ -199,6 +200,62 @@ def print_table(results: dict[str, Any]) -> None:
           "* = no quiet round)")
 
 
+def inprocess(repository: str, calls: int) -> None:
+    """µs per add_sub request: the engine alone, and through the frontend's router."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import uvloop
+
+    import infercore
+    from infercore.frontends.http_messages import HttpRequest, serialize_head
+    from infercore.frontends.http_protocol import start_eagerly
+
+    server = infercore.Server(model_repository=repository, log_info=False)
+    server.start()
+    router = _router(server, ThreadPoolExecutor(1))
+    data = np.random.default_rng(0).random((1, 16), dtype=np.float32)
+    header = json.dumps({
+        "inputs": [{"name": n, "shape": [1, 16], "datatype": "FP32",
+                    "parameters": {"binary_data_size": 64}} for n in ("INPUT0", "INPUT1")],
+        "outputs": [{"name": n, "parameters": {"binary_data": True}}
+                    for n in ("OUTPUT0", "OUTPUT1")]}).encode()
+    body = header + data.tobytes() * 2
+    headers = {b"inference-header-content-length": str(len(header)).encode()}
+
+    async def engine() -> None:
+        model = server.model("add_sub")
+        await model.async_infer(inputs={"INPUT0": data, "INPUT1": data})
+
+    async def frontend(eager: bool) -> None:
+        request = HttpRequest("POST", "/v2/models/add_sub/infer", body, headers)
+        result = router.handle(request)
+        result = start_eagerly(result) if eager else asyncio.ensure_future(result)
+        if not hasattr(result, "status"):
+            result = await result
+        serialize_head(result, result.body_length, True)
+
+    async def measure() -> None:
+        cases = {"engine only (await model.async_infer)": engine,
+                 "router, eager start (as shipped)": lambda: frontend(True),
+                 "router, one Task per request": lambda: frontend(False)}
+        for name, call in cases.items():
+            best = float("inf")
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    await call()
+                best = min(best, (time.perf_counter() - start) / calls * 1e6)
+            print(f"| {name} | {best:.1f} |")
+
+    print("| path | µs per request (best of 5) |\n|---|---:|")
+    try:
+        uvloop.run(measure())
+    finally:
+        server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -216,9 +273,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="1 s measurement windows")
     parser.add_argument("--out", help="the harness's result JSON")
+    parser.add_argument("--inprocess", action="store_true",
+                        help="measure the router without sockets instead")
+    parser.add_argument("--calls", type=int, default=20000)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.model_repository, args.http_address, args.http_port)
+        return 0
+    if args.inprocess:
+        inprocess(args.model_repository or str(Path(args.bench) / "models" / "triton"),
+                  args.calls)
         return 0
     return drive(args)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .backends.base import load_backend_directory, parse_backend_config
-from .frontends import metrics as metrics_frontend
 from .errors import TritonError
+from .frontends import metrics as metrics_frontend
 from .logs import LOG_FORMATS
 from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
 from .repository.states import ModelIndexEntry

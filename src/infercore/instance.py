@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 INLINE_ON_LOOP_MAX_NS = 50_000
 
 _NO_LIMITS = RateLimiter()
+_NO_RESOURCES = ResourceAsk(())
 
 
 class ModelInstance:
@@ -53,7 +54,7 @@ class ModelInstance:
         decoupled: bool,
         clock: Callable[[], int],
         rate_limiter: RateLimiter = _NO_LIMITS,
-        resources: ResourceAsk = ResourceAsk(()),
+        resources: ResourceAsk = _NO_RESOURCES,
         inline_allowed: bool = True,
     ) -> None:
         self.model_name = model_name

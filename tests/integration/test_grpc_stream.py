@@ -4,7 +4,6 @@ errors in-band, cancellation, with tritonclient's stream API and the raw stub.""
 from __future__ import annotations
 
 import asyncio
-
 import queue
 import time
 

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from infercore import Server
+from infercore import InferRequest, Server, Tensor
 
 WHO_RUNS_ME_CONFIG = """
 name: "who"
@@ -116,8 +116,8 @@ async def test_event_loop_never_runs_slow_executions_inline(who):
         assert ticks > 1
 
 
-def _request() -> "InferRequest":
-    from infercore import InferRequest, Tensor
+def _request() -> InferRequest:
+    from infercore import InferRequest
 
     return InferRequest("who", {"X": Tensor.from_numpy(np.array([1], np.int32))})
 

@@ -149,7 +149,8 @@ def test_queued_request_past_its_timeout_is_rejected_unexecuted(repo, shared):
 
 
 def test_rate_limiter_keeps_two_models_from_running_together(repo, shared):
-    limited = 'instance_group [ { count: 1 kind: KIND_CPU rate_limiter { resources [ { name: "R" global: true count: 1 } ] } } ]'
+    limited = ('instance_group [ { count: 1 kind: KIND_CPU rate_limiter { resources [ '
+               '{ name: "R" global: true count: 1 } ] } } ]')
     repo.add_model("left", model_py=OBSERVER_PY, config=_config("left", limited))
     repo.add_model("right", model_py=OBSERVER_PY, config=_config("right", limited))
     shared.go.set()

@@ -12,7 +12,8 @@ input [ {{ name: "X", data_type: TYPE_FP32, dims: [ 2 ] }} ]
 output [ {{ name: "Y", data_type: TYPE_FP32, dims: [ 2 ] }} ]
 instance_group [ {{ count: 2 kind: KIND_CPU }} ]
 model_warmup [ {{ name: "zeros" batch_size: 2 count: 3
-                 inputs {{ key: "X" value: {{ data_type: TYPE_FP32 dims: [ 2 ] zero_data: true }} }} }} ]
+                 inputs {{ key: "X"
+                          value: {{ data_type: TYPE_FP32 dims: [ 2 ] zero_data: true }} }} }} ]
 """
 
 ECHO_PY = """

@@ -1,10 +1,13 @@
 """The inference endpoint: body -> InferRequest -> engine -> response body.
 
-``InferHandler.infer`` is a coroutine run as one task per request on the frontend's
-event loop. It awaits the request's ResponseStream, which lets the engine execute short
-models inline on this thread (no thread crossing) and otherwise parks on a future that
-the instance thread resolves. Cancelling the task (the client went away) cancels the
-request through the stream.
+``InferHandler.infer`` is a coroutine that the connection starts at once, on the
+frontend's event-loop thread. It awaits the request's ResponseStream, which lets the
+engine execute short models inline on this thread (no thread crossing, and the
+coroutine finishes without ever waiting) and otherwise parks on a future that the
+engine's thread resolves; only then does the connection finish it in a task. Cancelling
+that task (the client went away) cancels the request through the stream.
+
+A decoupled model is refused before it runs, as Triton refuses it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ __all__ = ["InferHandler"]
 
 logger = logging.getLogger(__name__)
 
-_DECOUPLED = ("HTTP end point doesn't support models with decoupled transaction policy")
+_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 _ACCEPT_ENCODING_HINT = b"accept-encoding: gzip, deflate\r\n"
 _CONTENT_ENCODING = {"gzip": b"content-encoding: gzip\r\n",
                      "deflate": b"content-encoding: deflate\r\n"}
@@ -59,7 +62,12 @@ class InferHandler:
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
             return error_response(as_triton_error(exc))
         try:
-            stream = self._server.infer(decoded.request, raise_on_error=False)
+            handle = self._server.model(model, version)
+            if handle.decoupled:  # refused before it runs, as Triton does
+                raise UnsupportedError(_DECOUPLED)
+            # consume_now: awaited right below, so no instance thread is woken in vain
+            stream = self._server.infer(decoded.request, raise_on_error=False,
+                                        consume_now=True)
             response = await stream.__anext__()
             if not response.final:  # a decoupled model: more responses would follow
                 stream.cancel()
