@@ -181,3 +181,26 @@ def _wait_until_refused(port: int, deadline_s: float = 10.0) -> None:
         except (ConnectionRefusedError, ConnectionResetError):  # reset: closing backlog
             return
     raise AssertionError("the frontend kept accepting connections")
+
+
+def test_regions_registered_over_http_are_the_servers_registry(server):
+    import os
+    import uuid
+
+    from infercore.frontends.shm import registry_for
+
+    key = f"infercore-test-{uuid.uuid4().hex}"
+    fd = os.open(f"/dev/shm/{key}", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 16)
+    os.close(fd)
+    try:
+        with HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0)) as frontend:
+            conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=5)
+            conn.request("POST", "/v2/systemsharedmemory/region/shared/register",
+                         json.dumps({"key": key, "offset": 0, "byte_size": 16}))
+            assert conn.getresponse().status == 200
+            # what the gRPC frontend of the same server would see
+            assert [r["key"] for r in registry_for(server).status()] == [key]
+    finally:
+        registry_for(server).unregister("shared")
+        os.unlink(f"/dev/shm/{key}")

@@ -28,7 +28,7 @@ from ..errors import InvalidArgumentError
 from ..server import Server
 from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
-from .shm import SystemSharedMemory
+from .shm import SystemSharedMemory, registry_for
 
 __all__ = ["HttpFrontend", "HttpOptions", "add_arguments", "from_args"]
 
@@ -125,7 +125,8 @@ class HttpFrontend:
                  shared_memory: SystemSharedMemory | None = None) -> None:
         self._server = server
         self.options = options or HttpOptions()
-        self._shm = shared_memory if shared_memory is not None else SystemSharedMemory()
+        # HTTP and gRPC see the same registered regions: one registry per server.
+        self._shm = shared_memory if shared_memory is not None else registry_for(server)
         self._thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
