@@ -20,14 +20,12 @@ import argparse
 import asyncio
 import logging
 import socket
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError
 from ..server import Server
 from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
+from .loop_thread import LoopThreadFrontend
 from .shm import SystemSharedMemory, registry_for
 
 __all__ = ["HttpFrontend", "HttpOptions", "add_arguments", "from_args"]
@@ -110,109 +108,25 @@ def from_args(server: Server, args: argparse.Namespace) -> HttpFrontend | None:
         reuse_port=args.reuse_http_port))
 
 
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # uvloop is Linux/macOS only; asyncio's loop works, slower
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-class HttpFrontend:
+class HttpFrontend(LoopThreadFrontend):
     """Serves ``server`` over HTTP until ``stop``; ``start`` returns once listening."""
+
+    kind = "http"
+    label = "HTTP"
+    service_name = "HTTPService"
 
     def __init__(self, server: Server, options: HttpOptions | None = None,
                  shared_memory: SystemSharedMemory | None = None) -> None:
-        self._server = server
         self.options = options or HttpOptions()
+        super().__init__(self.options.address, self.options.thread_count,
+                         "infercore-http-admin")
+        self._server = server
         # HTTP and gRPC see the same registered regions: one registry per server.
         self._shm = shared_memory if shared_memory is not None else registry_for(server)
-        self._thread: threading.Thread | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_requested: asyncio.Event | None = None
-        self._listening = threading.Event()
-        self._start_error: BaseException | None = None
-        self._stop_timeout = 0.0
-        self._port = 0
-        self._state_lock = threading.Lock()
-        self._state = "created"
-
-    def __repr__(self) -> str:
-        return (f"HttpFrontend(address={self.options.address!r}, port={self._port}, "
-                f"{self._state})")
-
-    @property
-    def port(self) -> int:
-        """The port listened on (the one chosen by the OS when options.port is 0)."""
-        return self._port
-
-    # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """Listen and serve; raises OSError when the address cannot be bound."""
-        with self._state_lock:
-            if self._state != "created":
-                raise InvalidArgumentError(f"the HTTP frontend is {self._state}")
-            self._state = "started"
-        self._executor = ThreadPoolExecutor(self.options.thread_count,
-                                            thread_name_prefix="infercore-http-admin")
-        self._thread = threading.Thread(target=self._run, name="infercore-http", daemon=True)
-        self._thread.start()
-        self._listening.wait()
-        if self._start_error is not None:
-            self._thread.join()
-            self._executor.shutdown(wait=False)
-            with self._state_lock:
-                self._state = "stopped"
-            raise self._start_error
-        logger.info("Started HTTPService at %s:%d", self.options.address, self._port)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop accepting, finish in-flight requests within ``timeout`` s, then close."""
-        with self._state_lock:
-            if self._state != "started":
-                self._state = "stopped"
-                return
-            self._state = "stopped"
-        loop, stop_requested = self._loop, self._stop_requested
-        self._stop_timeout = max(0.0, timeout)
-        if loop is not None and stop_requested is not None:
-            try:
-                loop.call_soon_threadsafe(stop_requested.set)
-            except RuntimeError:  # the loop already ended (it failed): just join
-                pass
-        assert self._thread is not None and self._executor is not None
-        self._thread.join(self._stop_timeout + 5.0)
-        if self._thread.is_alive():
-            logger.error("the HTTP frontend's thread did not stop in time")
-        self._executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> HttpFrontend:
         self.start()
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    # -- the loop thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        loop = _new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
-            if not self._listening.is_set():
-                self._start_error = exc
-            else:
-                logger.exception("the HTTP frontend stopped on an error")
-        finally:
-            self._listening.set()
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
 
     async def _serve(self) -> None:
         options = self.options
