@@ -19,45 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES
 
 from infercore.cli import build_parser
 from infercore.testing import RepositoryBuilder
 
-ADD_SUB_CONFIG = """
-name: "add_sub"
-backend: "python"
-max_batch_size: 8
-input [
-  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
-  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }
-]
-output [
-  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] },
-  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 4 ] }
-]
-instance_group [ { count: 1, kind: KIND_CPU } ]
-"""
-
-ADD_SUB_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUTPUT0", a + b),
-                pb_utils.Tensor("OUTPUT1", a - b),
-            ]))
-        return responses
-"""
-
 # Every Triton datatype in one model: each optional input IN_<T> comes back as OUT_<T>.
-DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-             "FP16", "FP32", "FP64", "BF16", "BYTES")
 
 
 def _config_type(datatype: str) -> str:
