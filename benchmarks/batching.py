@@ -40,6 +40,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from perf_doc import write_section  # noqa: E402
 
 import infercore  # noqa: E402
 from infercore.testing import RepositoryBuilder  # noqa: E402
@@ -255,16 +256,6 @@ def render(results: dict[str, dict[int, tuple[float, float, float]]], command: s
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Performance\n"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        text = head + section + rest.split(MARK_END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -282,7 +273,7 @@ def main() -> None:
     section = render(results, command.strip(), levels)
     print(section)
     if args.write:
-        write_section(args.write, section)
+        write_section(args.write, MARK_BEGIN, MARK_END, section)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from perf_doc import write_section
 
 import infercore
 from infercore.testing import RepositoryBuilder
@@ -191,14 +192,7 @@ def main() -> None:
     section = "\n".join(lines)
     print(section)
     if args.write:
-        text = args.write.read_text() if args.write.exists() else "# Performance\n"
-        if MARK_BEGIN in text and MARK_END in text:
-            head, rest = text.split(MARK_BEGIN, 1)
-            text = head + section + rest.split(MARK_END, 1)[1]
-        else:
-            text = text.rstrip() + "\n\n" + section + "\n"
-        args.write.write_text(text)
-
+        write_section(args.write, MARK_BEGIN, MARK_END, section)
 
 if __name__ == "__main__":
     main()

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from perf_doc import write_section
 
 import infercore
 
@@ -123,17 +124,6 @@ def render(figures: dict[str, float], command: str, calls: int, rounds: int) -> 
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Performance\n"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20000)
@@ -145,7 +135,7 @@ def main() -> None:
     section = render(figures, command.strip(), args.calls, args.rounds)
     print(section)
     if args.write:
-        write_section(args.write, section)
+        write_section(args.write, MARK_BEGIN, MARK_END, section)
 
 
 if __name__ == "__main__":

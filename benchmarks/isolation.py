@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from perf_doc import write_section
 
 from infercore import Server
 from infercore.testing import RepositoryBuilder
@@ -332,18 +333,6 @@ def render(results: dict[str, object], args: argparse.Namespace, command: str) -
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the marked section; touch nothing else."""
-    block = f"{MARK_BEGIN}\n{section}\n{MARK_END}"
-    text = path.read_text() if path.exists() else "# Performance\n"
-    start, stop = text.find(MARK_BEGIN), text.find(MARK_END)
-    if start >= 0 and stop > start:
-        text = text[:start] + block + text[stop + len(MARK_END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -372,7 +361,7 @@ def main() -> int:
     section = render(results, args, command.strip())
     print(section)
     if args.write is not None:
-        write_section(args.write, section)
+        write_section(args.write, MARK_BEGIN, MARK_END, f"{MARK_BEGIN}\n{section}\n{MARK_END}")
     return 0
 
 

@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from perf_doc import write_section
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BENCH = ROOT.parent / "shared" / "bench"
 PERFORMANCE_MD = ROOT / "docs" / "performance.md"
@@ -176,17 +178,10 @@ def _load(value: Any) -> str:
     return f"{value[0]:.2f}" if isinstance(value, list) and value else "?"
 
 
-def write_section(path: Path, protocol: str, section: str) -> None:
+def write_protocol_section(path: Path, protocol: str, section: str) -> None:
     """Replace (or append) the ``perf-<protocol>`` marked section; touch nothing else."""
     begin, end = f"<!-- perf-{protocol}:begin -->", f"<!-- perf-{protocol}:end -->"
-    block = f"{begin}\n{section}\n{end}"
-    text = path.read_text() if path.exists() else "# Performance\n"
-    start, stop = text.find(begin), text.find(end)
-    if start >= 0 and stop > start:
-        text = text[:start] + block + text[stop + len(end):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    write_section(path, begin, end, f"{begin}\n{section}\n{end}")
 
 
 def main() -> int:
@@ -225,7 +220,7 @@ def main() -> int:
         section = render(results, protocol, command.strip())
         print("\n" + section)
         if not args.no_write:
-            write_section(Path(args.write), protocol, section)
+            write_protocol_section(Path(args.write), protocol, section)
     if not args.no_write:
         print(f"\n[perf_compare] updated {args.write}")
     return 0
