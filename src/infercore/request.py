@@ -52,6 +52,7 @@ class InferRequest:
         "sender",
         "cancelled",
         "_cancel_hooks",
+        "batch_key",
         "trace",
         # timestamps in monotonic ns, at Triton's statistics points
         "request_start_ns",
@@ -94,6 +95,8 @@ class InferRequest:
         self.sender: ResponseSender | None = None
         self.cancelled = False
         self._cancel_hooks: list[Callable[[], Any]] | None = None
+        # Set by the dynamic batcher at enqueue: which requests may share a batch.
+        self.batch_key: Any = None
         self.trace: TraceHandle | None = None
         self.request_start_ns = 0
         self.queue_start_ns = 0

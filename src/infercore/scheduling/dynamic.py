@@ -73,6 +73,8 @@ class DynamicBatcher:
         self._inline_instances = tuple(instances)
 
     def enqueue(self, request: InferRequest, wake: bool = True) -> None:
+        # computed once here, not at every look at the queue
+        request.batch_key = self._shape_key(request)
         with self._cond:
             if self._stopped:
                 raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
@@ -165,7 +167,7 @@ class DynamicBatcher:
                 full = True
                 break
             request_size = request.batch_size or 1
-            request_key = self._shape_key(request)
+            request_key = request.batch_key
             if batch and (size + request_size > self._max_batch_size or request_key != key):
                 full = True
                 break
