@@ -52,6 +52,10 @@ class Options:
     strict_readiness: bool = True
     exit_timeout: int = 30
     model_load_thread_count: int = 4
+    # retries of a failed model load before it is reported (--model-load-retry-count)
+    model_load_retry_count: int = 0
+    # the same model name may live in several repositories (--model-namespacing)
+    model_namespacing: bool = False
     rate_limiter_mode: RateLimitMode = RateLimitMode.OFF
     rate_limiter_resources: Sequence[RateLimiterResource] = ()
     backend_configuration: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -70,6 +74,9 @@ class Options:
     metrics_interval: int = 2000
     metrics_configuration: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     trace_config: TraceConfig = field(default_factory=TraceConfig)
+    # response cache: implementation name -> settings, as tritonserver's
+    # --cache-config=local,size=1048576 gives {"local": {"size": "1048576"}}
+    cache_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         repositories = self.model_repository
@@ -82,6 +89,8 @@ class Options:
             raise InvalidArgumentError("exit_timeout must be >= 0 seconds")
         if self.model_load_thread_count < 1:
             raise InvalidArgumentError("model_load_thread_count must be >= 1")
+        if self.model_load_retry_count < 0:
+            raise InvalidArgumentError("model_load_retry_count must be >= 0")
         if self.log_verbose < 0:
             raise InvalidArgumentError("log_verbose must be >= 0")
         if self.metrics_interval <= 0:
