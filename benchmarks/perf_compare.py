@@ -48,10 +48,11 @@ def _accepts(flag: str) -> bool:
     return not unknown
 
 
-def infercore_command(protocols: list[str]) -> str:
-    """The harness ``--server`` command that starts ``infercore serve`` on its ports."""
+def infercore_command(protocols: list[str], repo: str = "{repo}") -> str:
+    """The harness ``--server`` command that starts ``infercore serve`` on its ports
+    (serving the harness's repository unless ``repo`` names another, shell-quoted)."""
     parts = [shlex.quote(sys.executable), "-m", "infercore", "serve", "--model-repository",
-             "{repo}", "--http-address", "{host}", "--http-port", "{http_port}",
+             repo, "--http-address", "{host}", "--http-port", "{http_port}",
              "--log-info", "false"]
     if _accepts("--grpc-port=1"):
         parts += ["--grpc-port", "{grpc_port}"]
@@ -94,8 +95,9 @@ def run_harness(bench: Path, args: argparse.Namespace, out: Path) -> dict[str, A
 QUIET_CORES = 0.25  # other processes' CPU (cores) above which a measurement is noisy
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """Per (server, protocol, concurrency): the median over the quiet rounds.
+def summarize(rows: list[dict[str, Any]], model: str = "add_sub"
+              ) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Per (server, protocol, concurrency) of ``model``: the median over the quiet rounds.
 
     The machine is shared: a round during which other processes used more than
     QUIET_CORES is left out when a quieter round of the same cell exists (such figures
@@ -103,7 +105,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str
     """
     cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in rows:
-        if row.get("throughput_infer_s") is None or row.get("model", "add_sub") != "add_sub":
+        if row.get("throughput_infer_s") is None or row.get("model", "add_sub") != model:
             continue
         key = (row["server"], row["protocol"], row["concurrency"])
         cells.setdefault(key, []).append(row)
@@ -127,22 +129,21 @@ def _figure(row: dict[str, Any] | None, key: str) -> str:
     return f"{mark}{row[key]:,.0f}"
 
 
-def render(results: dict[str, Any], protocol: str, command: str) -> str:
-    """One Markdown section: the two servers' figures per concurrency and their ratios."""
-    meta = results["meta"]
-    summary = summarize(results["rows"])
+def run_line(meta: dict[str, Any]) -> str:
+    """How the figures were taken: when, rounds, machine, perf_analyzer and its windows."""
+    analyzer = meta.get("perf_analyzer", {})
+    return (f"Run: {meta.get('started', '?')}, {meta.get('rounds', '?')} round(s) (servers "
+            f"alternating, the lower median of the quiet rounds shown), "
+            f"{meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')}), Python "
+            f"{platform.python_version()}, perf_analyzer {analyzer.get('binary', '?')}, "
+            f"{analyzer.get('interval_ms', '?')} ms windows.")
+
+
+def comparison_table(summary: dict[tuple[str, str, int], dict[str, Any]], protocol: str
+                     ) -> list[str]:
+    """Markdown rows: Triton's and infercore's figures per concurrency, and their ratios."""
     concurrencies = sorted({conc for (_, proto, conc) in summary if proto == protocol})
     lines = [
-        f"## infercore vs Triton: add_sub over {protocol}",
-        "",
-        f"Command: `{command}`  ",
-        f"Run: {meta.get('started', '?')}, {meta.get('rounds', '?')} round(s) (servers "
-        f"alternating, the lower median of the quiet rounds shown), "
-        f"{meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')}), Python "
-        f"{platform.python_version()}, perf_analyzer "
-        f"{meta.get('perf_analyzer', {}).get('binary', '?')}, "
-        f"{meta.get('perf_analyzer', {}).get('interval_ms', '?')} ms windows.",
-        "",
         "| conc | Triton infer/s | p50 µs | p99 µs | infercore infer/s | p50 µs | p99 µs "
         "| throughput × | p50 × | rounds used (T / i) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -161,13 +162,28 @@ def render(results: dict[str, Any], protocol: str, command: str) -> str:
             f"| {_figure(triton, 'p99_us')} | {_figure(ours, 'throughput_infer_s')} "
             f"| {_figure(ours, 'p50_us')} | {_figure(ours, 'p99_us')} | {ratio} "
             f"| {p50_ratio} | {used} |")
-    lines += [
+    return lines
+
+
+LEGEND = (
+    "throughput ×: infercore / Triton (above 1 is better); p50 ×: infercore / Triton "
+    "latency (below 1 is better). A round is *quiet* when other processes used at most "
+    f"{QUIET_CORES} core during it (the VM is shared); `*`: no quiet round, figure from "
+    "the noisy ones; `~`: perf_analyzer did not stabilise; `!`: an answer failed the "
+    "harness's check.")
+
+
+def render(results: dict[str, Any], protocol: str, command: str) -> str:
+    """One Markdown section: the two servers' figures per concurrency and their ratios."""
+    lines = [
+        f"## infercore vs Triton: add_sub over {protocol}",
         "",
-        "throughput ×: infercore / Triton (above 1 is better); p50 ×: infercore / Triton "
-        "latency (below 1 is better). A round is *quiet* when other processes used at most "
-        f"{QUIET_CORES} core during it (the VM is shared); `*`: no quiet round, figure from "
-        "the noisy ones; `~`: perf_analyzer did not stabilise; `!`: an answer failed the "
-        "harness's check. Both servers ran alone, one after the other, on the same machine "
+        f"Command: `{command}`  ",
+        run_line(results["meta"]),
+        "",
+        *comparison_table(summarize(results["rows"]), protocol),
+        "",
+        LEGEND + " Both servers ran alone, one after the other, on the same machine "
         "and model repository (Triton with its dynamic batcher, as configured; infercore's "
         "dynamic batcher too).",
     ]
