@@ -6,6 +6,10 @@ built and consumed on the frontend's event-loop thread only. Status lines and th
 headers every response carries are pre-built bytes, so answering costs a few
 concatenations, never a formatting pass over a header dict.
 
+A response whose body is produced while it is sent (the generate extension's server-sent
+events) carries an async iterator of body pieces in ``stream``; the connection writes it
+with chunked transfer encoding (``chunk`` frames one piece).
+
 Compression follows Triton's frontend: ``Content-Encoding`` gzip or deflate (zlib
 format) on requests, the best of gzip / deflate / identity in ``Accept-Encoding`` on
 inference responses; any other content encoding is answered 501 "Unsupported
@@ -15,7 +19,7 @@ compression type".
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -26,7 +30,9 @@ from .kserve import http_status
 __all__ = [
     "HttpRequest",
     "HttpResponse",
+    "LAST_CHUNK",
     "accepted_encoding",
+    "chunk",
     "compress",
     "decompress",
     "error_response",
@@ -61,6 +67,12 @@ class HttpResponse:
     parts: Sequence[Buffer] = ()
     content_type: bytes = b"application/json"
     extra_headers: bytes = b""  # complete "name: value\r\n" lines
+    # A body produced while it is sent, after ``parts`` (server-sent events). The
+    # connection closes it (``aclose``) when done; ``cancel`` (sync, idempotent) is called
+    # when the body will not be sent to its end: the client went away, perhaps before the
+    # iterator was even started.
+    stream: AsyncIterator[bytes] | None = None
+    cancel: Callable[[], object] | None = None
 
     @property
     def body_length(self) -> int:
@@ -68,7 +80,7 @@ class HttpResponse:
 
 
 _REASONS = {
-    100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
+    100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
     405: "Method Not Allowed", 413: "Payload Too Large", 500: "Internal Server Error",
     501: "Not Implemented", 503: "Service Unavailable",
 }
@@ -76,12 +88,22 @@ _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason
                  _REASONS.items()}
 
 
-def serialize_head(response: HttpResponse, body_length: int, keep_alive: bool) -> bytes:
-    """The status line and headers of ``response`` (its body follows them on the wire)."""
+def serialize_head(response: HttpResponse, body_length: int | None, keep_alive: bool,
+                   *, chunked: bool = False) -> bytes:
+    """The status line and headers of ``response`` (its body follows them on the wire).
+
+    ``chunked``: the body follows in chunks (a streamed response). ``body_length`` None:
+    neither a length nor chunks; the body ends when the connection closes (HTTP/1.0).
+    """
     status = _STATUS_LINES.get(response.status)
     if status is None:
         status = f"HTTP/1.1 {response.status} Unknown\r\n".encode()
-    head = status + b"content-length: " + str(body_length).encode() + b"\r\n"
+    if chunked:
+        head = status + b"transfer-encoding: chunked\r\n"
+    elif body_length is None:
+        head = status
+    else:
+        head = status + b"content-length: " + str(body_length).encode() + b"\r\n"
     if response.content_type:
         head += b"content-type: " + response.content_type + b"\r\n"
     if response.extra_headers:
@@ -89,6 +111,14 @@ def serialize_head(response: HttpResponse, body_length: int, keep_alive: bool) -
     if not keep_alive:
         head += b"connection: close\r\n"
     return head + b"\r\n"
+
+
+LAST_CHUNK = b"0\r\n\r\n"  # ends a chunked body (no trailers)
+
+
+def chunk(data: Buffer) -> bytes:
+    """One piece of a chunked body: its size in hex, the data, CRLF (never empty)."""
+    return b"%x\r\n" % len(data) + bytes(data) + b"\r\n"
 
 
 def json_response(value: object, status: int = 200) -> HttpResponse:

@@ -11,8 +11,14 @@ Limits: the headers of a request may take 64 KiB; its body ``max_input_size`` by
 (Triton's ``--http-max-input-size``). A body over the limit is answered 400 and the rest
 of it discarded before the connection closes, so the client still reads the answer.
 
+A response with a ``stream`` (server-sent events) is written as its pieces come, in
+chunked transfer encoding (raw, then closing, for an HTTP/1.0 client), by the task that
+answers the request; while the peer does not read, that task waits for the transport to
+drain before it takes the next piece.
+
 Threads: everything here runs on the frontend's event-loop thread. A connection that
-goes away cancels its in-flight task, which cancels the inference request.
+goes away cancels its in-flight task, which cancels the inference request (a streamed
+body's iterator is closed, which ends what produces it).
 
 Connection states: open -> (draining: finish the current request, then close) -> closed.
 """
@@ -22,12 +28,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import httptools
 
-from .http_messages import HttpRequest, HttpResponse, error_response, serialize_head
+from .http_messages import (
+    LAST_CHUNK,
+    HttpRequest,
+    HttpResponse,
+    chunk,
+    error_response,
+    serialize_head,
+)
 
 __all__ = ["ConnectionSet", "HttpConnection", "WANTED_HEADERS"]
 
@@ -95,6 +108,9 @@ class HttpConnection(asyncio.Protocol):
         self._busy = False
         self._read_paused = False
         self._write_paused = False
+        self._writable: asyncio.Future[None] | None = None  # a streamed body waits on it
+        self._streaming = False  # a streamed body is being written
+        self._streamed: HttpResponse | None = None  # a streamed answer not finished yet
         self._draining = False
         self._discarding = False
         self._closed = False
@@ -112,6 +128,7 @@ class HttpConnection(asyncio.Protocol):
         self._pending.clear()
         if self._task is not None:
             self._task.cancel()  # the client is gone: cancel its inference
+        self._abandon_stream()
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
@@ -132,6 +149,9 @@ class HttpConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
         self._serve_pending()
 
     # -- httptools callbacks ---------------------------------------------------------------
@@ -199,8 +219,10 @@ class HttpConnection(asyncio.Protocol):
             if not isinstance(result, HttpResponse):
                 result = start_eagerly(result)
             if isinstance(result, HttpResponse):
-                self._write(result, keep_alive)
-                continue
+                if result.stream is None:
+                    self._write(result, keep_alive)
+                    continue
+                self._streamed = result
             self._busy = True
             self._task = self._loop.create_task(self._answer_later(result, keep_alive))
         if not self._pending and not self._busy and self._transport is not None:
@@ -210,21 +232,88 @@ class HttpConnection(asyncio.Protocol):
                 self._read_paused = False
                 self._transport.resume_reading()
 
-    async def _answer_later(self, rest: Coroutine[Any, Any, HttpResponse],
+    async def _answer_later(self, rest: Coroutine[Any, Any, HttpResponse] | HttpResponse,
                             keep_alive: bool) -> None:
-        """Finish a request that had to wait, answer it, and go on with the next ones."""
+        """Finish a request that had to wait (or stream its body), answer it, and go on
+        with the next ones."""
         try:
-            response = await rest
+            response = rest if isinstance(rest, HttpResponse) else await rest
         except asyncio.CancelledError:
             return  # the connection was lost, or aborted at shutdown: nobody to answer
         except Exception as exc:  # noqa: BLE001 - handlers answer their errors: a bug
             logger.error("failed to answer an HTTP request", exc_info=exc)
             response = error_response("internal error while answering the request", 500)
+        if response.stream is not None:
+            self._streamed = response
+            try:
+                if not await self._write_stream(response, response.stream, keep_alive):
+                    self._abandon_stream()
+                    return
+            except asyncio.CancelledError:
+                self._abandon_stream()
+                return
+            self._streamed = None
         self._task = None
         self._busy = False
         if not self._closed:
-            self._write(response, keep_alive)
+            if response.stream is None:
+                self._write(response, keep_alive)
             self._serve_pending()
+
+    async def _write_stream(self, response: HttpResponse, stream: AsyncIterator[bytes],
+                            keep_alive: bool) -> bool:
+        """Write a response whose body is produced as it goes; False if the connection
+        ended meanwhile (or had to be dropped: the body could not be finished)."""
+        transport = self._transport
+        if transport is None or self._closed:
+            await _close(stream)
+            return False
+        # Read now, not when the request arrived: an HTTP/1.0 client does not pipeline.
+        chunked = self._parser.get_http_version() != "1.0"
+        keep_alive = keep_alive and chunked and not self._draining
+        self._streaming = True
+        try:
+            transport.writelines([
+                serialize_head(response, None, keep_alive, chunked=chunked),
+                *(chunk(part) if chunked else part for part in response.parts if part)])
+            async for piece in stream:
+                if self._closed:
+                    return False
+                if piece:
+                    transport.write(chunk(piece) if chunked else piece)
+                if self._write_paused:
+                    await self._wait_writable()
+        except Exception as exc:  # noqa: BLE001 - the body is cut short: drop the connection
+            logger.error("failed to stream an HTTP response", exc_info=exc)
+            self._closed = True
+            transport.abort()
+            return False
+        finally:
+            self._streaming = False
+            await _close(stream)
+        if self._closed:
+            return False
+        if chunked:
+            transport.write(LAST_CHUNK)
+        if not keep_alive or self._draining:
+            self._streamed = None  # sent to its end: nothing to abandon
+            self._pending.clear()
+            transport.close()
+            self._closed = True
+            return False
+        return True
+
+    def _abandon_stream(self) -> None:
+        """The streamed answer in progress will not be finished: stop what produces it."""
+        response, self._streamed = self._streamed, None
+        if response is not None and response.cancel is not None:
+            response.cancel()
+
+    async def _wait_writable(self) -> None:
+        """Until the transport drains below its high-water mark (or the connection ends)."""
+        if self._writable is None or self._writable.done():
+            self._writable = self._loop.create_future()
+        await self._writable
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         transport = self._transport
@@ -261,6 +350,11 @@ class HttpConnection(asyncio.Protocol):
         self._pending.clear()
         if self._task is not None:
             self._task.cancel()
+        self._abandon_stream()
+        if self._streaming:  # an answer is half written: nothing else can follow it
+            self._closed = True
+            transport.close()
+            return
         transport.writelines([serialize_head(response, response.body_length, False),
                               *response.parts])
         if linger:
@@ -282,8 +376,16 @@ class HttpConnection(asyncio.Protocol):
         """Cancel the request in progress and drop the connection now."""
         if self._task is not None:
             self._task.cancel()
+        self._abandon_stream()
         if self._transport is not None:
             self._transport.abort()
+
+
+async def _close(stream: AsyncIterator[bytes]) -> None:
+    """Close an async generator body (its ``finally`` ends what produces it)."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 class _Refused(Exception):
