@@ -38,6 +38,7 @@ from prometheus_client.utils import floatToGoString
 from .errors import AlreadyExistsError, InvalidArgumentError
 
 __all__ = ["CustomMetricsRegistry", "Metric", "MetricFamily", "MetricKind", "REGISTRY",
+           "check_family", "check_update", "metric_key", "metric_value",
            "register_reserved_names"]
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -97,11 +98,7 @@ class CustomMetricsRegistry:
             self._reserved.update(names)
 
     def acquire_family(self, name: str, kind: MetricKind, description: str) -> _FamilyState:
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InvalidArgumentError(
-                f"invalid metric family name '{name}': must match [a-zA-Z_:][a-zA-Z0-9_:]*")
-        if not isinstance(kind, MetricKind):
-            raise InvalidArgumentError(f"invalid metric kind {kind!r}")
+        check_family(name, kind)
         with self._lock:
             if name in self._reserved:
                 raise AlreadyExistsError(
@@ -256,8 +253,7 @@ class Metric:
         with family.lock:
             self._check_usable(family, "increment", (MetricKind.COUNTER, MetricKind.GAUGE))
             if family.kind is MetricKind.COUNTER and value < 0:
-                raise InvalidArgumentError(
-                    f"counter '{family.name}' can only be incremented by a value >= 0")
+                raise InvalidArgumentError(_negative_increment(family.name))
             self._state.value += value
 
     def set_value(self, value: float) -> None:
@@ -285,11 +281,71 @@ class Metric:
         if family.deleted:
             raise InvalidArgumentError(_deleted_message())
         if family.kind not in kinds:
-            raise InvalidArgumentError(
-                f"metric of kind {family.kind.name} does not support '{operation}'")
+            raise InvalidArgumentError(_unsupported(family.kind, operation))
 
     def __repr__(self) -> str:
         return f"Metric(family={self._family.name!r}, labels={self.labels})"
+
+
+def check_family(name: object, kind: object) -> None:
+    """A new family's name and kind, checked as the registry checks them.
+
+    Raises:
+        InvalidArgumentError: not a Prometheus name, or not a ``MetricKind``.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidArgumentError(
+            f"invalid metric family name '{name}': must match [a-zA-Z_:][a-zA-Z0-9_:]*")
+    if not isinstance(kind, MetricKind):
+        raise InvalidArgumentError(f"invalid metric kind {kind!r}")
+
+
+def metric_value(value: object) -> float:
+    """A metric update's value as a float (``Metric``'s check and error text)."""
+    return _number(value)
+
+
+# What an update may be, for a metric of a live family: process-isolated models check it
+# where they run, before sending the update without waiting (backends/python/worker_*).
+_KINDS_OF = {
+    "increment": (MetricKind.COUNTER, MetricKind.GAUGE),
+    "set": (MetricKind.GAUGE,),
+    "observe": (MetricKind.HISTOGRAM,),
+    "value": (MetricKind.COUNTER, MetricKind.GAUGE),
+}
+
+
+def check_update(kind: MetricKind, family_name: str, operation: str, value: object) -> float:
+    """The checks ``Metric`` makes of an ``operation`` ("increment", "set", "observe"),
+    with its error texts; the value as a float.
+
+    Raises:
+        InvalidArgumentError: not a number, an operation the kind lacks, a counter decrement.
+    """
+    number = _number(value)
+    if kind not in _KINDS_OF[operation]:
+        raise InvalidArgumentError(_unsupported(kind, operation))
+    if kind is MetricKind.COUNTER and number < 0:
+        raise InvalidArgumentError(_negative_increment(family_name))
+    return number
+
+
+def metric_key(kind: MetricKind, labels: Mapping[str, str] | None,
+               buckets: Sequence[float] | None) -> tuple[LabelKey, tuple[float, ...] | None]:
+    """A new metric's labels and buckets, checked as ``Metric`` checks them.
+
+    Raises:
+        InvalidArgumentError: as ``Metric(...)`` does.
+    """
+    return _label_key(labels, kind), _bounds(buckets, kind)
+
+
+def _unsupported(kind: MetricKind, operation: str) -> str:
+    return f"metric of kind {kind.name} does not support '{operation}'"
+
+
+def _negative_increment(family_name: str) -> str:
+    return f"counter '{family_name}' can only be incremented by a value >= 0"
 
 
 def _release_metric(family: _FamilyState, metric: _MetricState) -> None:

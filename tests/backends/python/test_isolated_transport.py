@@ -22,8 +22,10 @@ from infercore.backends.python.worker_protocol import (
     FrameReader,
     encode_frame,
     read_inputs,
+    read_leased,
     read_outputs,
     stage_inputs,
+    stage_leased,
     write_outputs,
 )
 from infercore.errors import UnsupportedError
@@ -178,6 +180,36 @@ def test_gpu_tensors_do_not_cross(arena: InputArena, ring):
         stage_inputs(arena, {"G": gpu}, cancelled=False)
     with pytest.raises(UnsupportedError, match="GPU"):
         write_outputs(writer, {"G": gpu})
+
+
+def test_leased_tensors_are_views_and_their_block_is_freed_when_they_go(arena: InputArena):
+    # BLS: the writer copies once into a leased block, the reader views it; the block is
+    # reused only once the reader dropped every view (no message needed).
+    view = ArenaView(os.dup(arena.fd), arena.size)
+    want = tensors()
+    block, size, descriptors = stage_leased(arena, want, "output")
+    got = read_leased(view, arena.size, block, size, descriptors)
+    assert_same(got, want)
+    kept = got["T_INT64"].to_numpy()
+    assert not kept.flags.owndata  # a view of the shared memory
+    del got
+    assert arena.leased_blocks == 1  # one array still views the block
+    second, _, _ = stage_leased(arena, want, "output")
+    assert second != block
+    del kept
+    assert arena.leased_blocks == 1  # only the second block is still leased
+    third, _, _ = stage_leased(arena, want, "output")
+    assert third == block  # first fit: the released block's place
+    view.close()
+
+
+def test_leased_views_survive_closing_their_mapping(arena: InputArena):
+    view = ArenaView(os.dup(arena.fd), arena.size, keep_mapped=True)
+    want = {"A": CoreTensor(DataType.FP64, np.arange(64, dtype=np.float64))}
+    block, size, descriptors = stage_leased(arena, want, "input")
+    got = read_leased(view, arena.size, block, size, descriptors)
+    view.close()  # e.g. the worker died while a called model still reads its inputs
+    assert_same(got, want)
 
 
 def test_frame_reader_splits_and_joins_frames():

@@ -180,6 +180,7 @@ class IsolatedModel:
             shm_size=self._shm_size,
             shm_growth=self._shm_growth,
             start_timeout_s=self._timeout_s,
+            infer=context.infer,
         )
         instance = IsolatedInstance(settings)
         instance.start()

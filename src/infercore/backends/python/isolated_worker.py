@@ -17,8 +17,16 @@ Threads:
     channel and reads it until DONE. A model that is not decoupled answers on this channel,
     so its requests cross no thread of ours: caller -> worker -> caller.
   - the event thread (``infercore-<model>-<instance>-events``) reads the event channel: log
-    records, and decoupled models' responses as they come. EOF there is the worker's death:
-    it fails the requests in flight and calls ``on_death`` (the instance restarts).
+    records, decoupled models' responses as they come, BLS requests (started here, never
+    waited on: isolated_bls.py) and custom metric operations (isolated_metrics.py). EOF
+    there is the worker's death: it fails the requests in flight, cancels its BLS calls,
+    drops its metrics and calls ``on_death`` (the instance restarts).
+  - the threads answering BLS calls, and the event thread, write BLS responses and metric
+    replies to the event channel, under ``_event_write_lock``.
+  - each RESPONSE on the data channel says how many event frames the worker sent before it;
+    the executing thread delivers it once the event thread has handled that many (nearly
+    always already true), so a client that has its response also sees the metric updates
+    and log lines the model made before answering. ``_events_changed`` wakes it.
   - any thread may cancel a request: that sets the flag byte in its block.
 ``_started`` and ``_finalizing`` are plain flags: each is set before the event it explains
 (READY was read; FINALIZE is sent) and read by the event thread only after EOF. A worker
@@ -31,6 +39,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -40,9 +49,13 @@ from typing import Any
 from ...errors import InternalError, error_from_code
 from ...payload import Payload
 from ..base import InstanceInfo
+from .isolated_bls import BlsCalls, Infer
 from .isolated_inflight import Inflight, InflightTable, fail
+from .isolated_metrics import WorkerMetrics
 from .worker_arena import ArenaView, InputArena, create_memory_file
 from .worker_protocol import (
+    BLS_CANCEL,
+    BLS_REQUEST,
     DONE,
     EXECUTE,
     FINALIZE,
@@ -52,6 +65,7 @@ from .worker_protocol import (
     INIT,
     INIT_FAILED,
     LOG,
+    METRIC,
     READY,
     RESPONSE,
     FrameReader,
@@ -89,6 +103,7 @@ class WorkerSettings:
     shm_size: int
     shm_growth: int
     start_timeout_s: float
+    infer: Infer | None = None  # the server's infer, for the model's BLS calls
 
 
 class WorkerUnreachable(Exception):
@@ -130,6 +145,13 @@ class WorkerHandle:
         self._process: WorkerProcess | None = None
         self._event_thread: threading.Thread | None = None
         self._inflight: InflightTable | None = None
+        self._event_write_lock = threading.Lock()
+        self._metrics = WorkerMetrics(self._name)
+        # Event frames handled so far (the event thread's count; "infinite" once it ended),
+        # and the executing thread waiting for more of them (see _await_events).
+        self._events_handled = 0
+        self._events_waiters = 0
+        self._events_changed = threading.Condition(threading.Lock())
 
     @property
     def pid(self) -> int:
@@ -157,11 +179,16 @@ class WorkerHandle:
         self._events, events_theirs = socket.socketpair()
         self._inputs = InputArena(f"infercore-{self._name}-in", size, settings.shm_growth)
         self._outputs = ArenaView(create_memory_file(f"infercore-{self._name}-out", size), size)
+        # The called models may keep views of BLS inputs: never unmapped under them.
+        self._bls_inputs = ArenaView(create_memory_file(f"infercore-{self._name}-bls", size),
+                                     size, keep_mapped=True)
+        self._bls = BlsCalls(self._name, settings.infer, self._bls_inputs, self._inputs,
+                             self._send_event)
         self._inflight = InflightTable(self._inputs.free,
                                        lambda block: self._inputs.set_flag(block, 1))
         try:
             fds = [data_theirs.fileno(), events_theirs.fileno(), self._inputs.fd,
-                   self._outputs.fd]
+                   self._outputs.fd, self._bls_inputs.fd]
             self._process = spawn_worker(settings.start_method, self._name, fds,
                                          settings.start_timeout_s)
         except BaseException:
@@ -200,6 +227,7 @@ class WorkerHandle:
             "decoupled": settings.decoupled,
             "input_size": self._inputs.size,
             "output_size": self._outputs.size,
+            "bls_size": self._bls_inputs.size,
             "growth": settings.shm_growth,
             "log_levels": _log_levels(),
         }
@@ -292,6 +320,7 @@ class WorkerHandle:
             done = False
             for frame in frames:
                 if frame[0] == RESPONSE:
+                    self._await_events(frame[8])
                     self._deliver(frame)
                 elif frame[0] == DONE and frame[1] == exec_id:
                     done = True
@@ -314,8 +343,29 @@ class WorkerHandle:
             raise WorkerUnreachable
         fail(taken, self._crash_error_text())  # some were answered already: fail the rest
 
+    def _await_events(self, count: int) -> None:
+        """Wait until the event thread has handled the worker's first ``count`` event frames
+        (metric updates and logs sent before a response are applied before it is delivered).
+        Nearly always true at once: those frames were sent before the response."""
+        if self._events_handled >= count:
+            return
+        with self._events_changed:
+            self._events_waiters += 1
+            try:
+                while self._events_handled < count:
+                    self._events_changed.wait()
+            finally:
+                self._events_waiters -= 1
+
+    def _handled_events(self, count: int) -> None:
+        """The event thread has handled ``count`` frames: wake an executing thread waiting."""
+        self._events_handled = count  # written before the waiters are read: none is missed
+        if self._events_waiters:
+            with self._events_changed:
+                self._events_changed.notify_all()
+
     def _deliver(self, frame: tuple[Any, ...]) -> None:
-        _, slot, flags, parameters, error, descriptors, ring_size, sequence = frame
+        _, slot, flags, parameters, error, descriptors, ring_size, sequence, _ = frame
         try:
             outputs = read_outputs(self._outputs, ring_size, descriptors) if descriptors else {}
         finally:
@@ -324,6 +374,15 @@ class WorkerHandle:
         self._table.deliver(slot, final=bool(flags & FLAG_FINAL),
                             has_response=bool(flags & FLAG_RESPONSE), outputs=outputs,
                             parameters=parameters, error=error)
+
+    def _send_event(self, frame: tuple[Any, ...]) -> None:
+        """Write a BLS response or metric reply to the worker (from any thread)."""
+        raw = encode_frame(frame)
+        with self._event_write_lock:
+            try:
+                self._events.sendall(raw)
+            except OSError:  # the worker is gone: its event thread cleans up
+                pass
 
     # -- death ----------------------------------------------------------------------------
     def _describe_exit(self) -> str:
@@ -346,19 +405,34 @@ class WorkerHandle:
 
     def _read_events(self) -> None:
         reader = FrameReader(self._events)
+        handled = 0
         while True:
             frames = reader.read()
             if not frames:
                 break
+            handled += len(frames)
             for frame in frames:
                 try:
-                    if frame[0] == LOG:
+                    kind = frame[0]
+                    if kind == LOG:
                         _relog(frame)
-                    elif frame[0] == RESPONSE:
+                    elif kind == RESPONSE:
                         self._deliver(frame)
+                    elif kind == METRIC:
+                        reply = self._metrics.handle(frame)
+                        if reply is not None:
+                            self._send_event(reply)
+                    elif kind == BLS_REQUEST:
+                        self._bls.start(frame)
+                    elif kind == BLS_CANCEL:
+                        self._bls.cancel(frame[1])
                 except Exception:  # noqa: BLE001 - one bad frame must not end the thread
                     logger.exception("instance %s: failed to handle a frame from its worker",
                                      self._name)
+            self._handled_events(handled)
+        self._handled_events(sys.maxsize)  # nothing more will come: nobody may wait
+        self._bls.close()
+        self._metrics.close()
         table = self._table
         table.close()
         if self._finalizing:
@@ -379,6 +453,7 @@ class WorkerHandle:
         """Run the model's ``finalize`` in the worker, let it exit, release everything."""
         deadline = time.monotonic() + timeout
         self._finalizing = True
+        self._bls.abort()  # a model waiting on another model must get to finalize
         if not self._table.closed:
             try:
                 self._data.settimeout(timeout)
@@ -409,7 +484,11 @@ class WorkerHandle:
         self._close_resources()
 
     def _close_resources(self) -> None:
-        for resource in ("_data", "_events", "_inputs", "_outputs"):
+        for resource in ("_data", "_inputs", "_outputs", "_bls_inputs"):
             value = getattr(self, resource, None)
             if value is not None:
                 value.close()
+        events = getattr(self, "_events", None)
+        if events is not None:
+            with self._event_write_lock:  # not under a BLS answer being written
+                events.close()

@@ -9,13 +9,18 @@ has them, over infercore's process-wide registry (custom_metrics.py).
 Errors raise ``TritonModelException`` with Triton's rules: counters only go up and cannot
 be set, only histograms observe (and need strictly increasing buckets), a family name
 keeps its first kind, labels map str to str, and a metric whose family object was deleted
-can no longer be used. Models run in isolated worker processes get a registry of their
-own process, which is not forwarded to the server's metrics yet.
+can no longer be used. As with Triton's stubs, a failed update says which one failed
+("Failed to increment metric value: ...", likewise set, observe and get).
+
+In a process-isolated model's worker, families and metrics live in the server's registry:
+the worker installs a ``MetricsBackend`` (worker_metrics.py) whose objects forward every
+operation to the server, with the same rules and error texts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from ...custom_metrics import Metric as CoreMetric
 from ...custom_metrics import MetricFamily as CoreMetricFamily
@@ -23,7 +28,26 @@ from ...custom_metrics import MetricKind
 from ...errors import TritonError as CoreTritonError
 from .pb_error import TritonModelException
 
-__all__ = ["Metric", "MetricFamily"]
+__all__ = ["Metric", "MetricFamily", "MetricsBackend", "use_metrics_backend"]
+
+
+class MetricsBackend(Protocol):
+    """Makes the family and metric objects pb_utils wraps: objects with the interface of
+    ``custom_metrics.MetricFamily`` / ``Metric``, raising its typed errors."""
+
+    def family(self, kind: MetricKind, name: str, description: str) -> Any: ...
+
+    def metric(self, family: Any, labels: Mapping[str, str] | None,
+               buckets: Sequence[float] | None) -> Any: ...
+
+
+_backend: MetricsBackend | None = None  # None: this process's registry
+
+
+def use_metrics_backend(backend: MetricsBackend | None) -> None:
+    """Where this process's pb_utils metrics live from now on (a worker sets it once)."""
+    global _backend
+    _backend = backend
 
 
 class Metric:
@@ -31,23 +55,24 @@ class Metric:
 
     __slots__ = ("_metric",)
 
-    def __init__(self, metric: CoreMetric) -> None:
+    def __init__(self, metric: Any) -> None:  # a CoreMetric, or its worker-side twin
         self._metric = metric
 
+    # Triton's stubs prefix each operation's error with what failed.
     def increment(self, value: float) -> None:
-        _call(self._metric.increment, value)
+        _call(self._metric.increment, value, "Failed to increment metric value: ")
 
     def set(self, value: float) -> None:
-        _call(self._metric.set_value, value)
+        _call(self._metric.set_value, value, "Failed to set metric value: ")
 
     def observe(self, value: float) -> None:
-        _call(self._metric.observe, value)
+        _call(self._metric.observe, value, "Failed to observe metric value: ")
 
     def value(self) -> float:
         try:
             return self._metric.value
         except CoreTritonError as exc:
-            raise TritonModelException(exc.message) from exc
+            raise TritonModelException("Failed to get metric value: " + exc.message) from exc
 
     def __repr__(self) -> str:
         return f"pb_utils.{self._metric!r}"
@@ -63,16 +88,20 @@ class MetricFamily:
     __slots__ = ("_family",)
 
     def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        backend = _backend
         try:
-            self._family = CoreMetricFamily(kind, name, description)
+            self._family = (CoreMetricFamily(kind, name, description) if backend is None
+                            else backend.family(kind, name, description))
         except CoreTritonError as exc:
             raise TritonModelException(f"Error when creating MetricFamily: {exc.message}"
                                        ) from exc
 
     def Metric(self, labels: Mapping[str, str] | None = None,  # noqa: N802 - Triton's name
                buckets: Sequence[float] | None = None) -> Metric:
+        backend = _backend
         try:
-            return Metric(CoreMetric(self._family, labels, buckets))
+            return Metric(CoreMetric(self._family, labels, buckets) if backend is None
+                          else backend.metric(self._family, labels, buckets))
         except CoreTritonError as exc:
             raise TritonModelException(f"Error when creating Metric: {exc.message}") from exc
 
@@ -80,8 +109,8 @@ class MetricFamily:
         return f"pb_utils.{self._family!r}"
 
 
-def _call(operation: object, value: float) -> None:
+def _call(operation: object, value: float, failed: str) -> None:
     try:
         operation(value)  # type: ignore[operator]
     except CoreTritonError as exc:
-        raise TritonModelException(exc.message) from exc
+        raise TritonModelException(failed + exc.message) from exc

@@ -3,11 +3,11 @@
     python -c "...worker_main import main; main()" forkserver FD
         the fork server (worker_spawner.py): imports what every worker needs, then forks a
         worker for each SPAWN message received on FD, and reports each worker's exit
-    python -c "...worker_main import main; main()" spawn NAME DATA EVENTS INPUT OUTPUT
+    python -c "...worker_main import main; main()" spawn NAME DATA EVENTS INPUT OUTPUT BLS
         one worker started as a fresh interpreter
 
-A worker is ``run_worker``: its four descriptors are the data and event channel sockets and
-the input and output shared memory files (worker_runtime.py does the rest).
+A worker is ``run_worker``: its five descriptors are the data and event channel sockets and
+the input, output and BLS shared memory files (worker_runtime.py does the rest).
 
 Threads: the fork server is single-threaded by design (it forks); its only concurrency is
 SIGCHLD, which wakes its ``select`` through a pipe (``signal.set_wakeup_fd``). A worker's
@@ -41,7 +41,8 @@ def _prctl(option: int, value: int | bytes) -> None:
 
 
 def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
-    """Serve one instance over ``fds`` = [data socket, event socket, input file, output file]."""
+    """Serve one instance over ``fds`` = [data socket, event socket, input file, output
+    file, BLS file]."""
     from .worker_runtime import WorkerRuntime
 
     # `ps` and `top` show which instance a worker runs (the kernel keeps 15 bytes).
@@ -52,10 +53,10 @@ def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != fork_server_pid:  # it died before the prctl took effect
             return 1
-    data_fd, event_fd, input_fd, output_fd = fds
+    data_fd, event_fd, input_fd, output_fd, bls_fd = fds
     data = socket.socket(fileno=data_fd)
     events = socket.socket(fileno=event_fd)
-    return WorkerRuntime(data, events, input_fd, output_fd).run()
+    return WorkerRuntime(data, events, input_fd, output_fd, bls_fd).run()
 
 
 def _serve_forks(sock: socket.socket) -> None:

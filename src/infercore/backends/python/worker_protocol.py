@@ -10,13 +10,17 @@ plain tuples, and both ends run the same interpreter, so its format always match
                    worker -> server: READY or INIT_FAILED, then per EXECUTE the responses
                    (models that are not decoupled; written together with DONE in one
                    send) and DONE; FINALIZED
-    event channel  worker -> server only: LOG records, and the responses of decoupled
-                   models, read by the server's event thread as they come. The worker
-                   holds the other direction open to learn of the server's death (EOF).
+    event channel  worker -> server: LOG records, the responses of decoupled models,
+                   BLS_REQUEST and BLS_CANCEL (calls to other models), METRIC operations;
+                   read by the server's event thread as they come, in order.
+                   server -> worker: BLS_RESPONSE and METRIC_REPLY, read by the worker's
+                   reader thread, which also learns of the server's death there (EOF).
 
 BYTES tensors cross in their wire form (4-byte lengths and bytes), serialised on one side
 and parsed on the other; every other datatype is copied once into shared memory and read
-there without a copy (inputs) or copied once out of it (outputs).
+there without a copy (inputs) or copied once out of it (outputs). BLS tensors (requests'
+inputs one way, responses' outputs the other) are copied once into a leased block and
+read there without a copy, for as long as the reader keeps them (worker_arena.py).
 
 Threads: a ``FrameReader`` belongs to the one thread reading its socket; the codec functions
 are pure, apart from the memory they write, which their callers own (see worker_arena.py).
@@ -35,9 +39,21 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...tensor import DataType, MemoryType, deserialize_bytes_tensor, serialize_bytes_tensor
 from ...tensor import Tensor as CoreTensor
-from .worker_arena import ALIGN, BLOCK_HEADER, ArenaView, InputArena, OutputRing, round_up
+from .worker_arena import (
+    ALIGN,
+    BLOCK_HEADER,
+    RELEASED,
+    ArenaView,
+    InputArena,
+    OutputRing,
+    lease,
+    round_up,
+)
 
 __all__ = [
+    "BLS_CANCEL",
+    "BLS_REQUEST",
+    "BLS_RESPONSE",
     "DONE",
     "EXECUTE",
     "FINALIZE",
@@ -47,13 +63,25 @@ __all__ = [
     "INIT",
     "INIT_FAILED",
     "LOG",
+    "METRIC",
+    "METRIC_REPLY",
+    "OP_DROP",
+    "OP_FAMILY",
+    "OP_INCREMENT",
+    "OP_METRIC",
+    "OP_OBSERVE",
+    "OP_SET",
+    "OP_VALUE",
     "READY",
     "RESPONSE",
     "FrameReader",
     "encode_frame",
     "read_inputs",
+    "read_leased",
     "read_outputs",
+    "release_block",
     "stage_inputs",
+    "stage_leased",
     "write_outputs",
 ]
 
@@ -63,10 +91,33 @@ EXECUTE = 2  # (EXECUTE, exec_id, log_levels, input_size, requests: tuple of rec
 FINALIZE = 3  # (FINALIZE,)
 READY = 4  # (READY, pid)
 INIT_FAILED = 5  # (INIT_FAILED, error_code, message)
-RESPONSE = 6  # (RESPONSE, slot, flags, parameters, error, tensors, ring_size, sequence)
+# (RESPONSE, slot, flags, parameters, error, tensors, ring_size, sequence, events): events
+# is how many event frames the worker had sent before this response; the server delivers a
+# response from the data channel only once it has handled that many, so a client that has
+# its response also sees the metric updates and log lines that preceded it.
+RESPONSE = 6
 DONE = 7  # (DONE, exec_id)
 FINALIZED = 8  # (FINALIZED,)
 LOG = 9  # (LOG, level, logger, message, path, line, function, exc_text, extra | None)
+# (BLS_REQUEST, call, model, version, request_id, correlation_id, sequence_start,
+#  sequence_end, timeout_us, parameters, requested_outputs | None, arena_size, block,
+#  block_size, tensors): the tensors lie in a leased block of the BLS arena
+BLS_REQUEST = 10
+# (BLS_RESPONSE, call, flags, parameters | None, error | None, input_size, block | -1,
+#  block_size, tensors): the tensors lie in a leased block of the worker's input arena
+BLS_RESPONSE = 11
+BLS_CANCEL = 12  # (BLS_CANCEL, call)
+METRIC = 13  # (METRIC, call | 0 for no reply, operation, handle, *arguments)
+METRIC_REPLY = 14  # (METRIC_REPLY, call, error | None, value)
+
+# METRIC operations; handles name the worker's family and metric objects
+OP_FAMILY = 1  # (handle, name, description, kind value)
+OP_METRIC = 2  # (handle, family handle, labels as sorted pairs, buckets | None)
+OP_INCREMENT = 3  # (handle, value)
+OP_SET = 4  # (handle, value)
+OP_OBSERVE = 5  # (handle, value)
+OP_VALUE = 6  # (handle,): the reply carries the value
+OP_DROP = 7  # (handle,): the worker's object is gone
 
 FLAG_FINAL = 1  # the request's last frame
 FLAG_RESPONSE = 2  # carries a response (a bare final flag does not)
@@ -209,6 +260,37 @@ def read_inputs(view: ArenaView, size: int, descriptors: tuple[Descriptor, ...]
     for name, code, shape, offset, nbytes in descriptors:
         inputs[name] = _tensor_at(buffer, code, shape, offset, nbytes, copy=False)
     return inputs
+
+
+# -- BLS: leased blocks, either way -------------------------------------------------------
+def stage_leased(arena: InputArena, tensors: Mapping[str, CoreTensor], what: str
+                 ) -> tuple[int, int, tuple[Descriptor, ...]]:
+    """Copy ``tensors`` into a new leased block: ``(block, block size, descriptors)``."""
+    prepared, size = _prepare(tensors, what, BLOCK_HEADER)
+    block = arena.allocate(size, leased=True)
+    return block, size, _copy_into(arena.buffer(), block, prepared)
+
+
+def read_leased(view: ArenaView, size: int, block: int, block_size: int,
+                descriptors: tuple[Descriptor, ...]) -> dict[str, CoreTensor]:
+    """Tensors over a leased block: views, no copies (BYTES are parsed). The block is
+    released when the last of them is gone."""
+    held = lease(view.buffer(size), block, block_size)
+    tensors: dict[str, CoreTensor] = {}
+    for name, code, shape, offset, nbytes in descriptors:
+        if code == _BYTES_CODE or nbytes == 0:
+            tensors[name] = _tensor_at(held, code, shape, offset - block, nbytes, copy=False)
+            continue
+        dtype = _DATATYPES[code].numpy_dtype
+        start = offset - block
+        array = held[start : start + nbytes].view(dtype).reshape(shape)
+        tensors[name] = CoreTensor(_DATATYPES[code], array)
+    return tensors
+
+
+def release_block(view: ArenaView, size: int, block: int) -> None:
+    """Release a leased block nobody will read (its call is gone)."""
+    view.buffer(size)[block] = RELEASED
 
 
 # -- outputs: worker -> server ----------------------------------------------------------

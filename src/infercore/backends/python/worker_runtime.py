@@ -20,14 +20,18 @@ model crashes the process (the server then restarts the instance with a new work
 Log records (the model's ``pb_utils.Logger`` lines, and any other logging) are forwarded to
 the server as LOG frames and logged there under the same logger name. Cancellation needs no
 frame: the server sets a flag byte in the request's input block, which ``is_cancelled``
-reads.
+reads. BLS calls go to the server as BLS_REQUEST frames (worker_bls.py) and pb_utils custom
+metrics live in the server's registry (worker_metrics.py); both travel on the event
+channel, whose other direction brings their answers.
 
 Threads: the main thread reads the data channel and runs INIT/EXECUTE/FINALIZE. Model
-threads may send responses and log at any time. ``_Outbox`` serialises writes: one lock per
-channel (the event channel's is reentrant, as logging may happen while sending), and the
-channel carrying responses also covers the output ring, so ring chunks are consumed in the
-order they were allocated. A watchdog thread blocks reading the event channel, where the
-server never writes: EOF means the server is gone, and the process exits at once.
+threads may send responses, call other models, update metrics and log at any time.
+``_Outbox`` serialises writes: one lock per channel (the event channel's is reentrant, as
+logging may happen while sending; a frame sent from inside another's write, by a finalizer
+the garbage collector runs there, waits until that write ends), and the channel carrying
+responses also covers the output ring, so ring chunks are consumed in the order they were
+allocated. The reader thread reads the event channel: BLS responses and metric replies;
+EOF means the server is gone, and the process exits at once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +53,13 @@ from ...payload import Payload
 from ...request import InferRequest
 from ...tensor import Tensor as CoreTensor
 from ..base import InstanceInfo, ModelContext
-from .pb_error import TritonModelException, python_error_text
-from .worker_arena import ArenaView, OutputRing
+from .pb_error import python_error_text
+from .pb_metrics import use_metrics_backend
+from .worker_arena import ArenaView, InputArena, OutputRing
+from .worker_bls import BlsClient
+from .worker_metrics import RemoteMetrics
 from .worker_protocol import (
+    BLS_RESPONSE,
     DONE,
     EXECUTE,
     FINALIZE,
@@ -60,6 +69,7 @@ from .worker_protocol import (
     INIT,
     INIT_FAILED,
     LOG,
+    METRIC_REPLY,
     READY,
     RESPONSE,
     FrameReader,
@@ -85,14 +95,6 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _bls_unavailable(request: InferRequest) -> Any:
-    raise TritonModelException(
-        "BLS (InferenceRequest.exec) is not available to process-isolated Python instances "
-        "yet; run this model in-thread (infercore.execution_mode \"thread\") to call other "
-        "models from it"
-    )
-
-
 class _Outbox:
     """Every write to the server, serialised per channel."""
 
@@ -105,6 +107,9 @@ class _Outbox:
         self._decoupled = decoupled
         self._data_lock = threading.Lock()
         self._event_lock = threading.RLock()
+        self._event_writing = False  # a write on the event channel is under way
+        self._event_backlog: deque[bytes] = deque()  # frames sent from inside that write
+        self._events_sent = 0  # frames written on the event channel (RESPONSE carries it)
         # The channel that carries responses also orders the ring's chunks.
         self._response_lock = self._event_lock if decoupled else self._data_lock
         self._held: list[bytes] | None = None  # data frames kept back during an execute
@@ -134,16 +139,33 @@ class _Outbox:
     def send_event(self, frame: tuple[Any, ...]) -> None:
         raw = encode_frame(frame)
         with self._event_lock:
+            self._write_event(raw)
+
+    def _write_event(self, raw: bytes) -> None:
+        """Write one frame on the event channel (``_event_lock`` held)."""
+        if self._event_writing:
+            # Re-entered on this thread mid-write (a finalizer run by the garbage
+            # collector): never split the frame being written; it follows it.
+            self._event_backlog.append(raw)
+            return
+        self._event_writing = True
+        try:
             self._write(self._events, raw)
+            self._events_sent += 1
+            while self._event_backlog:
+                self._write(self._events, self._event_backlog.popleft())
+                self._events_sent += 1
+        finally:
+            self._event_writing = False
 
     def respond(self, slot: int, flags: int, parameters: dict[str, Any] | None,
                 error: tuple[int, str] | None, outputs: dict[str, CoreTensor]) -> None:
         with self._response_lock:
             sequence, descriptors = write_outputs(self._ring, outputs) if outputs else (0, ())
             raw = encode_frame((RESPONSE, slot, flags, parameters, error, descriptors,
-                                self._ring.size, sequence))
+                                self._ring.size, sequence, self._events_sent))
             if self._decoupled:
-                self._write(self._events, raw)
+                self._write_event(raw)
             elif self._held is not None:
                 self._held.append(raw)
             else:
@@ -261,18 +283,22 @@ class WorkerRuntime:
     """The worker's main loop over its data channel."""
 
     def __init__(self, data: socket.socket, events: socket.socket, input_fd: int,
-                 output_fd: int) -> None:
+                 output_fd: int, bls_fd: int) -> None:
         self._data = data
         self._events = events
         self._input_fd = input_fd
         self._output_fd = output_fd
+        self._bls_fd = bls_fd
         self._levels: tuple[int, ...] = ()
+        # Set at INIT, before anything that the server answers on the event channel.
+        self._bls: BlsClient | None = None
+        self._metrics: RemoteMetrics | None = None
 
     def run(self) -> int:
         """Serve until FINALIZE (exit code 0) or until the server is gone."""
-        watchdog = threading.Thread(target=self._watch_server, name="infercore-worker-watchdog",
-                                    daemon=True)
-        watchdog.start()
+        reader_thread = threading.Thread(target=self._read_server, daemon=True,
+                                         name="infercore-worker-reader")
+        reader_thread.start()
         reader = FrameReader(self._data)
         frames = reader.read()
         if not frames or frames[0][0] != INIT:
@@ -284,6 +310,10 @@ class WorkerRuntime:
         self._outbox = _Outbox(self._data, self._events, ring, settings["decoupled"])
         self._decoupled: bool = settings["decoupled"]
         self._install_logging(settings["log_levels"])
+        bls_arena = InputArena("", settings["bls_size"], settings["growth"], fd=self._bls_fd)
+        self._bls = BlsClient(self._outbox.send_event, bls_arena, self._inputs)
+        self._metrics = RemoteMetrics(self._outbox.send_event)
+        use_metrics_backend(self._metrics)
         if not self._create(settings):
             return 0
         while True:
@@ -297,11 +327,22 @@ class WorkerRuntime:
                     self._finalize()
                     return 0
 
-    def _watch_server(self) -> None:
-        try:
-            self._events.recv(1)  # the server never writes here: this returns at EOF
-        except OSError:
-            pass
+    def _read_server(self) -> None:
+        """The reader thread: BLS responses and metric replies, until the server is gone."""
+        reader = FrameReader(self._events)
+        while True:
+            frames = reader.read()
+            if not frames:
+                break
+            for frame in frames:
+                try:
+                    if frame[0] == BLS_RESPONSE:
+                        self._bls.deliver(frame)  # type: ignore[union-attr]
+                    elif frame[0] == METRIC_REPLY:
+                        self._metrics.reply(frame)  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001 - one bad frame must not end the thread
+                    logger.exception("worker %d: failed to handle a frame from the server",
+                                     os.getpid())
         exit_now(EXIT_SERVER_GONE)
 
     def _install_logging(self, levels: tuple[int, ...]) -> None:
@@ -332,7 +373,7 @@ class WorkerRuntime:
             version_dir=Path(settings["version_dir"]),
             repository=Path(settings["repository"]),
             backend_config=settings["backend_config"],
-            infer=_bls_unavailable,
+            infer=self._bls.infer,  # type: ignore[union-attr]
         )
         name, group, index, kind, device_id, passive, profiles, secondary, policy = (
             settings["instance"]
