@@ -616,3 +616,52 @@ def test_stream_repr_shows_model_and_state():
 def test_stream_exposes_its_request():
     request, stream, _ = _make()
     assert stream.request is request
+
+
+def test_on_event_loop_tells_a_loop_thread_from_a_plain_one():
+    from infercore.response import on_event_loop
+
+    async def inside() -> bool:
+        return on_event_loop()
+
+    assert on_event_loop() is False
+    assert asyncio.run(inside()) is True
+
+
+class _Runner:
+    """An InlineRunner that records each attempt and answers the request when it may."""
+
+    def __init__(self, runs: bool) -> None:
+        self.runs = runs
+        self.calls: list[bool] = []  # on_loop of each attempt
+
+    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
+        self.calls.append(on_loop)
+        if self.runs:
+            request.sender.send({}, final=True)  # type: ignore[union-attr]
+        return self.runs
+
+
+def test_a_blocking_reader_tries_its_runner_once_and_a_timed_one_never():
+    request, stream, sender = _make(raise_on_error=False)
+    runner = _Runner(runs=True)
+    stream._runner = runner
+    assert stream.result() is not None
+    assert runner.calls == [False]
+
+    request, stream, sender = _make(raise_on_error=False)
+    runner = _Runner(runs=True)
+    stream._runner = runner
+    threading.Thread(target=lambda: sender.send({}, final=True)).start()
+    assert stream.result(timeout=WAIT_S) is not None  # answered by the "instance thread"
+    assert runner.calls == []
+
+
+async def test_an_async_reader_asks_its_runner_for_a_loop_run_once():
+    request, stream, sender = _make(raise_on_error=False)
+    runner = _Runner(runs=False)  # cannot: the request stays with the instance thread
+    stream._runner = runner
+    loop = asyncio.get_running_loop()
+    loop.call_soon(lambda: sender.send({}, final=True))
+    assert (await stream) is not None
+    assert runner.calls == [True]

@@ -4,8 +4,8 @@ Threads: the loading thread creates each ModelInstance (the backend's initialize
 there) and starts the BackendThreads; a BackendThread, named ``infercore-<model>-<instance>``
 (or ``...-device<id>`` when a device-blocking backend shares one thread among a device's
 instances), loops ``next_payload -> reserve -> execute -> record -> release`` until the
-scheduler returns None; a caller blocked on its own result may reserve an idle instance
-and execute one payload itself (see scheduling/default.py); the unloading thread joins the
+scheduler returns None; a caller may reserve an idle instance and execute one payload
+itself ("caller runs", see scheduling/base.py); the unloading thread joins the
 BackendThreads and finalizes the instances.
 
 Reservation = the instance's ``busy`` lock plus its resources from the rate limiter: an
@@ -69,9 +69,14 @@ class ModelInstance:
         self.inline_allowed = inline_allowed and not info.passive
         self.busy = threading.Lock()
         self.execution_count = 0
-        # Moving average of execute durations (ns, weight 1/8): lets the scheduler judge
-        # whether running a payload on an event loop's thread would stall that loop.
-        # Unknown (-1) until the first execution, and unknown counts as long.
+        # A typical recent execute duration (ns): lets the scheduler judge whether running
+        # a payload on an event loop's thread would stall that loop. It follows shorter
+        # executions fast (weight 1/2) and longer ones slowly (1/16), so a rare slow one
+        # (the thread preempted, or waiting for the GIL while an instance thread runs a
+        # Python model next to a busy loop) moves it little and briefly, while a model
+        # that is slow every time crosses INLINE_ON_LOOP_MAX_NS (from 20 us: a 2 ms one at
+        # once, a 100 us one after 8). Unknown (-1) until the first execution, and unknown
+        # counts as long.
         self.recent_execute_ns = -1
 
     @property
@@ -84,10 +89,12 @@ class ModelInstance:
 
     # -- reservation -------------------------------------------------------------------------
     def try_reserve(self) -> bool:
-        """Reserve the instance for one payload now, without waiting; False if busy."""
+        """Reserve the instance for one payload now, without waiting; False if busy (or
+        finalized: checked again under ``busy``, which finalize holds while it clears
+        ``inline_allowed``)."""
         if not self.inline_allowed or not self.busy.acquire(False):
             return False
-        if self._rate_limiter.try_acquire(self, self.resources):
+        if self.inline_allowed and self._rate_limiter.try_acquire(self, self.resources):
             return True
         self.busy.release()
         return False
@@ -104,6 +111,7 @@ class ModelInstance:
     def finalize(self, timeout: float = 30.0) -> None:
         """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
         acquired = self.busy.acquire(timeout=timeout)
+        self.inline_allowed = False  # no caller may reserve it from now on
         if not acquired:
             logger.error("instance %s of model %s is still executing; finalizing anyway",
                          self.info.name, self.model_name)
@@ -131,9 +139,14 @@ class ModelInstance:
         except Exception as exc:
             self._fail_open_requests(payload, exc)
         end = clock()
+        took = end - start
         recent = self.recent_execute_ns
-        self.recent_execute_ns = (end - start if recent < 0
-                                  else recent + ((end - start - recent) >> 3))
+        if recent < 0:
+            self.recent_execute_ns = took
+        elif took < recent:
+            self.recent_execute_ns = recent + ((took - recent) >> 1)
+        else:
+            self.recent_execute_ns = recent + ((took - recent) >> 4)
         input_end = payload.compute_input_end_ns or start
         output_start = payload.compute_output_start_ns or end
         for request in requests:

@@ -25,7 +25,7 @@ from .errors import CancelledError, InternalError, TritonError
 from .request import InferRequest, ParameterValue
 from .tensor import Tensor
 
-__all__ = ["InferResponse", "ResponseSender", "ResponseStream"]
+__all__ = ["InferResponse", "ResponseSender", "ResponseStream", "on_event_loop"]
 
 _allocate_lock = threading.Lock
 
@@ -35,9 +35,11 @@ class InlineRunner(Protocol):
         """Execute the still-queued request on the calling thread; False if it cannot."""
         ...
 
-    def dispatch(self, request: InferRequest) -> None:
-        """Wake an instance thread for a request queued without waking one."""
-        ...
+
+def on_event_loop() -> bool:
+    """Whether the calling thread is running an asyncio event loop (which must never be
+    stalled by a long execution)."""
+    return asyncio._get_running_loop() is not None
 
 
 class InferResponse:
@@ -83,7 +85,7 @@ class ResponseStream:
     """
 
     __slots__ = ("_request", "_raise_on_error", "_lock", "_items", "_done", "_waiter",
-                 "_future", "_runner", "_deferred", "_callback", "__weakref__")
+                 "_future", "_runner", "_callback", "__weakref__")
 
     def __init__(
         self,
@@ -99,11 +101,9 @@ class ResponseStream:
         self._done = False
         self._waiter: Any = None  # a held lock a sync consumer parks on
         self._future: asyncio.Future[None] | None = None
-        # Set by the model when a blocked sync consumer may run the request itself.
+        # Set by the model when the first consumer to block may run the queued request
+        # itself (taken by that consumer, so it is tried once).
         self._runner: InlineRunner | None = None
-        # True when the request was queued without waking an instance thread: whoever
-        # consumes first must run it inline or dispatch it.
-        self._deferred = False
         # Callback mode: every response (and the final flag) goes to the callback, on the
         # producer's thread, in order; nothing is queued for iteration.
         self._callback = callback
@@ -176,11 +176,8 @@ class ResponseStream:
                 if self._done:
                     return None
                 runner, self._runner = self._runner, None
-            if runner is not None:
-                if deadline is None and runner.run_inline(self._request):
-                    continue  # executed on this thread; its responses are queued
-                if self._deferred:
-                    runner.dispatch(self._request)
+            if runner is not None and deadline is None and runner.run_inline(self._request):
+                continue  # executed on this thread; its responses are queued
             with lock:
                 if self._items:
                     return self._take()
@@ -225,11 +222,8 @@ class ResponseStream:
                 if self._done:
                     raise StopAsyncIteration
                 runner, self._runner = self._runner, None
-            if runner is not None:
-                if runner.run_inline(self._request, on_loop=True):
-                    continue  # a short execution ran on this loop's thread
-                if self._deferred:
-                    runner.dispatch(self._request)
+            if runner is not None and runner.run_inline(self._request, on_loop=True):
+                continue  # a short execution ran on this loop's thread
             with self._lock:
                 if self._items:
                     return self._take()

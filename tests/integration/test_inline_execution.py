@@ -128,10 +128,12 @@ def test_consume_now_runs_inline_without_waking_the_instance_thread(who):
         assert _thread_of(stream.result()) == threading.current_thread().name
 
 
-def test_consume_now_dispatches_when_the_reader_cannot_run_it(who):
+def test_consume_now_hands_off_at_once_when_no_instance_is_idle(who):
     with who() as server:
-        # a reader with a timeout never runs inline: the request must still be dispatched
-        stream = server.infer(_request(), consume_now=True)
+        instance = server._manager.get("who").instances[0]
+        with instance.busy:  # as if a payload were executing on it
+            stream = server.infer(_request(), consume_now=True)
+        # queued with its wake-up sent inside infer(): no reader is needed to start it
         assert _thread_of(stream.result(timeout=10)) == "infercore-who-who_0_0"
 
 

@@ -1,13 +1,30 @@
-"""The scheduler protocol every scheduler implements.
+"""The scheduler protocol every scheduler implements, and the handoff rules they share.
 
 Callers (the model, on the request's thread) call ``enqueue``; each instance's backend
 thread calls ``next_payload`` and blocks in it until there is work or the scheduler stops
 (then it returns None). ``stop`` wakes every blocked instance thread.
+
+Handoffs ("caller runs", docs/architecture.md). A request reaches an instance in one of
+two ways, and the scheduler decides which inside ``enqueue``, on the caller's thread:
+
+- ``caller_runs=True`` (the caller reads the stream at once): if an instance is idle (and,
+  ``on_loop``, known to execute briefly), the caller reserves it, claims its request and
+  executes it before ``enqueue`` returns. No instance thread is woken.
+- Otherwise (not allowed, or no instance can be reserved now), the request is queued and
+  exactly one wake-up is signalled to the instance threads. A thread that is busy sees the
+  request when it next looks at the queue; one that sleeps is woken by the signal.
+
+There is no third state: when ``enqueue`` returns, the request has run (or been answered)
+or it is in the queue with its wake-up sent, so no request waits on a reader that may
+never come. Readers that did not promise to read at once (``run_inline``) may still claim
+a queued request when an idle instance lets them; claiming is atomic in each scheduler,
+so exactly one of an instance thread, a reader or a cancel owns a request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ..payload import Payload
@@ -16,24 +33,33 @@ from ..request import InferRequest
 if TYPE_CHECKING:
     from ..instance import ModelInstance
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "SchedulerStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStatistics:
+    """How a scheduler's requests reached their instances so far."""
+
+    queued: int  # requests waiting now (not yet handed to an instance)
+    ran_inline: int  # payloads executed on callers' threads (no thread crossing)
+    wakeups: int  # wake-up signals sent to the instance threads for new work
 
 
 class Scheduler(Protocol):
-    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
-        """Accept a validated request (its sender set); answer it later through the sender.
+    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
+                on_loop: bool = False) -> None:
+        """Accept a validated request (its sender set); answer it through the sender.
 
-        ``wake=False``: its consumer will first try to run it inline and calls
-        ``dispatch`` if that fails, so no instance thread is woken for nothing.
+        ``caller_runs``: the caller reads the stream at once, so the request may execute
+        on the calling thread now if an instance is idle (``on_loop``: the caller is an
+        event loop, so only an instance whose recent executions were short qualifies).
+        Otherwise it is queued and one instance thread is woken. Raises for what is
+        refused at the door (stopped, a full queue).
         """
         ...
 
-    def dispatch(self, request: InferRequest) -> None:
-        """Hand a request enqueued with ``wake=False`` to the instance threads."""
-        ...
-
     def attach(self, instances: Sequence[ModelInstance]) -> None:
-        """The active instances (a blocked caller may reserve one to run inline)."""
+        """The active instances (a caller may reserve an idle one to run inline)."""
         ...
 
     def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
@@ -55,3 +81,17 @@ class Scheduler(Protocol):
     def stop(self) -> None:
         """Stop admitting; instance threads take what was queued before, then get None."""
         ...
+
+
+def reserve_idle(instances: Sequence[ModelInstance], on_loop: bool) -> ModelInstance | None:
+    """Reserve an idle instance for the calling thread without waiting, or None.
+
+    ``on_loop``: only an instance known to execute briefly, so an event loop never stalls.
+    The caller must ``unreserve()`` the instance it gets.
+    """
+    for instance in instances:
+        if on_loop and not instance.runs_short():
+            continue  # unknown or long: the loop must not wait for it
+        if instance.try_reserve():
+            return instance
+    return None

@@ -1,21 +1,30 @@
 """The default scheduler: every request is its own payload, taken by the first free instance.
 
 Threads: callers enqueue; every backend thread of the model blocks in the queue's ``get``;
-a caller blocked on its own result may run its request itself (``run_inline``); any thread
-may cancel. The queue is a C-implemented ``queue.SimpleQueue``. ``_queued`` maps the id of
-each request still waiting to the request: whoever pops an id from it (an instance thread,
-an inline caller, or a cancel) owns the request. ``dict.pop`` is atomic, so claiming needs
-no lock; the instance thread that later dequeues an already-claimed request skips it.
+a caller may run its own request itself ("caller runs", see scheduling/base.py); any
+thread may cancel. The queue is a C-implemented ``queue.SimpleQueue``: a ``put`` is the
+one wake-up signal (it wakes one blocked ``get``, or is found by the next one). ``_queued``
+maps the id of each request in the queue to the request: whoever pops an id from it (an
+instance thread, a reader running it inline, or a cancel) owns the request. ``dict.pop``
+is atomic, so claiming needs no lock; the instance thread that later dequeues an
+already-claimed request skips it.
 
-Request states: queued -> claimed (executing, or answered as cancelled / unavailable).
+Request states: running on its caller (never queued) | queued -> claimed (executing, or
+answered as cancelled / timed out / unavailable).
 
-Inline execution ("caller runs"): when a sync caller blocks on a result and an instance is
-idle, the caller claims its request and executes it on that instance, on its own thread.
-A request then crosses no thread at all, instead of two (a cross-core wake-up costs tens
-of microseconds on small VMs). Each instance's ``busy`` lock keeps it to one payload at a
-time whichever thread executes it. An asyncio consumer runs its request inline only while
-the instance's recent executions are short (``ModelInstance.runs_short``): a short model
-costs its event loop less than the two thread crossings would, a long one must not stall it.
+Caller runs: ``enqueue(caller_runs=True)`` reserves an idle instance first; if it gets one
+the request executes there on the caller's thread and never enters the queue (no
+``_queued`` entry, no cancel hook: a cancel during execution only sets the flag the
+backend sees). Otherwise the request is queued and put, so a thread takes it as soon as
+an instance is free: the reservation attempt and the handoff happen in one call on one
+thread, so no request waits for a reader that never comes. A reader that made no promise
+may still claim a queued request (``run_inline``) when an instance is idle; the woken
+instance thread then finds it claimed.
+
+Each instance's ``busy`` lock keeps it to one payload at a time whichever thread executes
+it. On an event loop only an instance whose recent executions are short qualifies
+(``ModelInstance.runs_short``): a short model costs the loop less than the two thread
+crossings would, a long one must not stall it.
 
 Timeouts: without a dynamic batcher there is one queue and no timer; a request whose
 timeout passed while queued is answered "Request timeout expired" when it is dequeued,
@@ -32,6 +41,7 @@ from ..errors import CancelledError, TritonError, UnavailableError
 from ..instance import ModelInstance
 from ..payload import Payload
 from ..request import InferRequest
+from .base import SchedulerStatistics, reserve_idle
 
 __all__ = ["DefaultScheduler"]
 
@@ -56,23 +66,33 @@ class DefaultScheduler:
         self._queued: dict[int, InferRequest] = {}
         self._inline_instances: tuple[ModelInstance, ...] = ()
         self._stopped = False
+        # Diagnostics, counted without a lock: CPython does not switch threads inside
+        # ``+= 1`` on an int attribute.
+        self._ran_inline = 0
+        self._wakeups = 0
 
     def attach(self, instances: Sequence[ModelInstance]) -> None:
-        """The instances a blocked caller may borrow to run its own request inline."""
+        """The instances a caller may borrow to run its own request inline."""
         self._inline_instances = tuple(instances)
 
-    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
+    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
+                on_loop: bool = False) -> None:
         if self._stopped:
             raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
         request.queue_start_ns = self._clock()
+        if caller_runs and not request.cancelled:
+            instance = reserve_idle(self._inline_instances, on_loop)
+            if instance is not None:
+                try:
+                    self._ran_inline += 1
+                    instance.execute(Payload([request], self._clock))
+                finally:
+                    instance.unreserve()
+                return
         self._queued[id(request)] = request
         request.on_cancel(partial(self._cancel_queued, request))
-        if wake:
-            self._queue.put(request)
-
-    def dispatch(self, request: InferRequest) -> None:
-        if id(request) in self._queued:
-            self._queue.put(request)
+        self._wakeups += 1
+        self._queue.put(request)
 
     def next_payload(self) -> Payload | None:
         get = self._queue.get
@@ -94,25 +114,24 @@ class DefaultScheduler:
         return True
 
     def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
-        """Execute ``request`` on the calling thread if it is still queued and an instance
-        is idle; False (nothing done) otherwise. ``on_loop``: the caller is an event loop,
-        so only an instance whose recent executions were short qualifies."""
+        """Execute the queued ``request`` on the calling thread if it is still queued and
+        an instance is idle; False (nothing done) otherwise. ``on_loop``: the caller is an
+        event loop, so only an instance whose recent executions were short qualifies."""
         if id(request) not in self._queued:
             return False
-        for instance in self._inline_instances:
-            if on_loop and not instance.runs_short():
-                continue  # unknown or long: the loop must not wait for it
-            if instance.try_reserve():
-                try:
-                    if self._queued.pop(id(request), None) is None:
-                        return False
-                    if request.timeout_us and self._timed_out(request):
-                        return True
-                    instance.execute(Payload([request], self._clock))
-                    return True
-                finally:
-                    instance.unreserve()
-        return False
+        instance = reserve_idle(self._inline_instances, on_loop)
+        if instance is None:
+            return False
+        try:
+            if self._queued.pop(id(request), None) is None:
+                return False  # taken meanwhile by an instance thread or a cancel
+            if request.timeout_us and self._timed_out(request):
+                return True
+            self._ran_inline += 1
+            instance.execute(Payload([request], self._clock))
+            return True
+        finally:
+            instance.unreserve()
 
     def _cancel_queued(self, request: InferRequest) -> None:
         if self._queued.pop(id(request), None) is not None:
@@ -120,6 +139,10 @@ class DefaultScheduler:
 
     def queued_count(self) -> int:
         return len(self._queued)
+
+    def statistics(self) -> SchedulerStatistics:
+        return SchedulerStatistics(queued=len(self._queued), ran_inline=self._ran_inline,
+                                   wakeups=self._wakeups)
 
     def stop(self) -> None:
         """Stop admitting; instance threads take what was queued before, then get None."""
@@ -133,13 +156,16 @@ class DefaultScheduler:
             try:
                 request = self._queue.get_nowait()
             except queue.Empty:
-                return
-            if request is not _STOP and self._queued.pop(id(request), None) is not None:
-                self._fail(
-                    request,
-                    UnavailableError(f"model '{self._model_name}' was unloaded before the "
-                                     "request could run"),
-                )
+                break
+            if request is not _STOP:
+                self._drop(request)
+        for request in list(self._queued.values()):  # none expected: every one was put
+            self._drop(request)
+
+    def _drop(self, request: InferRequest) -> None:
+        if self._queued.pop(id(request), None) is not None:
+            self._fail(request, UnavailableError(
+                f"model '{self._model_name}' was unloaded before the request could run"))
 
     def _fail(self, request: InferRequest, error: TritonError) -> None:
         sender = request.sender

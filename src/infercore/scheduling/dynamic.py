@@ -1,11 +1,24 @@
 """The dynamic batcher: forms batches of queued requests for the model's free instances.
 
 Threads: callers ``enqueue``; each free instance's backend thread calls ``next_payload``
-and forms the next batch itself, under ``_cond``'s lock; a blocked sync caller may form
-and run a batch containing its own request (``run_inline``, only without a queue delay);
-any thread may cancel. ``_cond`` guards the queue and the stopped flag; responses are sent
-outside it. Batches are formed only when an instance is free to run them, so under load a
-batch keeps growing while every instance is busy, as Triton's batcher does.
+and forms the next batch itself, under ``_cond``'s lock; a caller may form and run a batch
+containing its own request ("caller runs", scheduling/base.py; only without a queue
+delay, since a delayed batch must wait for company); any thread may cancel. ``_cond``
+guards the queue, the stopped flag and the counters; responses are sent outside it.
+Batches are formed only when an instance is free to run them, so under load a batch keeps
+growing while every instance is busy, as Triton's batcher does.
+
+Wake-ups: a request that its caller does not run is pushed and ``_cond`` notified once,
+in one critical section, so no instance thread can look at the queue and go to sleep in
+between. A thread that is busy forms its next batch before it waits again, so it sees the
+request without a signal; a caller that runs its batch inline signals nobody. With a queue
+delay, a thread waiting for a batch's deadline records what it waits for (``_armed``: the
+batch's size and shape key, and when it wakes); a request that joins that batch without
+making it ready (same shape key, still below the largest preferred size) and without an
+earlier queue timeout needs no signal: the waiter takes it at its deadline. Any other
+request signals. ``_armed`` is cleared when its thread wakes and when any batch leaves
+the queue; a cancel meanwhile only makes the recorded size an overestimate, which errs
+towards waking.
 
 When a batch leaves (Triton's rules): the queued requests are taken in priority order
 while they are shape-compatible with the first (unless the input allows ragged batches)
@@ -21,6 +34,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
@@ -29,6 +44,7 @@ from ..errors import CancelledError, TritonError, UnavailableError
 from ..instance import ModelInstance
 from ..payload import Payload
 from ..request import InferRequest
+from .base import SchedulerStatistics, reserve_idle
 from .queue import PriorityQueue
 
 __all__ = ["DynamicBatcher"]
@@ -67,30 +83,66 @@ class DynamicBatcher:
         self._next_release = 0
         self._finished: dict[int, InferRequest] = {}
         self._seq: dict[int, int] = {}
+        self._ran_inline = 0
+        self._wakeups = 0
+        # (batch size, shape key, wake-up ns) of a thread waiting for a batch's deadline
+        self._armed: tuple[int, Any, int] | None = None
+        self._pending: tuple[int, Any] = (0, None)  # set by _form with a deadline
 
     # -- callers -----------------------------------------------------------------------------
     def attach(self, instances: Sequence[ModelInstance]) -> None:
         self._inline_instances = tuple(instances)
 
-    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
-        # computed once here, not at every look at the queue
-        request.batch_key = self._shape_key(request)
-        with self._cond:
-            if self._stopped:
-                raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
-            now = self._clock.now_ns()
-            request.queue_start_ns = now
-            self._queue.push(request, now)  # raises when the level is full
-            if self._preserve_ordering:
-                self._seq[id(request)] = self._next_seq
-                self._next_seq += 1
-            if wake:
-                self._cond.notify()
-        request.on_cancel(lambda: self._cancel(request))
+    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
+                on_loop: bool = False) -> None:
+        instance = None
+        if caller_runs and not self._delay_ns and not request.cancelled:
+            instance = reserve_idle(self._inline_instances, on_loop)
+        if instance is None:  # it will queue: its key, once, outside the lock
+            request.batch_key = self._shape_key(request)
+        try:
+            payload = None
+            expired: list[InferRequest] = []
+            with self._cond:
+                if self._stopped:
+                    raise UnavailableError(
+                        f"model '{self._model_name}' is not accepting requests")
+                now = self._clock.now_ns()
+                request.queue_start_ns = now
+                if instance is not None and not len(self._queue):
+                    # Alone: it is the whole batch (no delay, nothing to wait for or to
+                    # expire, an empty level is never full), so it skips the queue.
+                    self._number(request)
+                    payload = self._payload([request])
+                    self._ran_inline += 1
+                else:
+                    if instance is not None:
+                        request.batch_key = self._shape_key(request)
+                    expires = self._queue.push(request, now)  # raises when a level is full
+                    self._number(request)
+                    if instance is not None:
+                        batch, expired, _ = self._form(now, must_hold=request)
+                        if batch:
+                            payload = self._payload(batch)
+                            self._ran_inline += 1
+                    if payload is None and not self._joins_armed(request, expires):
+                        self._wakeups += 1  # queued: exactly one wake-up, under the lock
+                        self._cond.notify()
+            if expired:
+                self._reject(expired)
+            if payload is None:
+                request.on_cancel(partial(self._cancel, request))
+                return
+            instance.execute(payload)  # type: ignore[union-attr]
+        finally:
+            if instance is not None:
+                instance.unreserve()
 
-    def dispatch(self, request: InferRequest) -> None:
-        with self._cond:
-            self._cond.notify()
+    def _number(self, request: InferRequest) -> None:
+        """preserve_ordering: the request's place in the release order. Holds _cond."""
+        if self._preserve_ordering:
+            self._seq[id(request)] = self._next_seq
+            self._next_seq += 1
 
     def _cancel(self, request: InferRequest) -> None:
         with self._cond:
@@ -100,6 +152,11 @@ class DynamicBatcher:
 
     def queued_count(self) -> int:
         return len(self._queue)
+
+    def statistics(self) -> SchedulerStatistics:
+        with self._cond:
+            return SchedulerStatistics(queued=len(self._queue), ran_inline=self._ran_inline,
+                                       wakeups=self._wakeups)
 
     # -- instance threads --------------------------------------------------------------------
     def next_payload(self) -> Payload | None:
@@ -116,38 +173,41 @@ class DynamicBatcher:
                     continue
                 if batch:
                     if len(self._queue):
+                        self._wakeups += 1
                         self._cond.notify()  # more work: wake another free instance
                     return self._payload(batch)
                 if self._stopped and not len(self._queue):
                     return None
+                if wake_at is not None:  # a batch waits for company until wake_at
+                    self._armed = (*self._pending, wake_at)
                 self._clock.wait(self._cond, wake_at)
+                self._armed = None
 
     def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
-        """Form and run, on the calling thread, a batch that holds ``request``.
+        """Form and run, on the calling thread, a batch that holds the queued ``request``.
 
         Only without a queue delay (a delayed batch must wait for company) and when an
         instance is idle; False (nothing done) otherwise.
         """
         if self._delay_ns:
             return False
-        for instance in self._inline_instances:
-            if on_loop and not instance.runs_short():
-                continue
-            if not instance.try_reserve():
-                continue
-            try:
-                with self._cond:
-                    batch, expired, _ = self._form(self._clock.now_ns(), must_hold=request)
-                    payload = self._payload(batch) if batch else None
-                if expired:
-                    self._reject(expired)
-                if payload is None:
-                    return False
-                instance.execute(payload)
-                return True
-            finally:
-                instance.unreserve()
-        return False
+        instance = reserve_idle(self._inline_instances, on_loop)
+        if instance is None:
+            return False
+        try:
+            with self._cond:
+                batch, expired, _ = self._form(self._clock.now_ns(), must_hold=request)
+                payload = self._payload(batch) if batch else None
+                if payload is not None:
+                    self._ran_inline += 1
+            if expired:
+                self._reject(expired)
+            if payload is None:
+                return False
+            instance.execute(payload)
+            return True
+        finally:
+            instance.unreserve()
 
     def _form(
         self, now: int, must_hold: InferRequest | None = None
@@ -182,12 +242,28 @@ class DynamicBatcher:
             if must_hold is not None:
                 return [], [], None
             timeout = self._queue.next_deadline()
+            self._pending = (size, key)
             return [], [], deadline if timeout is None else min(deadline, timeout)
         batch = self._preferred_prefix(batch)
         if must_hold is not None and not any(r is must_hold for r in batch):
             return [], [], None
         self._queue.take(batch)
+        self._armed = None  # a waiter's batch may be gone: the next request signals
         return batch, [], None
+
+    def _joins_armed(self, request: InferRequest, expires_ns: int) -> bool:
+        """Whether a thread waiting for a batch's deadline will take ``request`` in time
+        without a signal (see the module doc); records it in that batch. Holds _cond."""
+        armed = self._armed
+        if armed is None:
+            return False
+        size, key, wake_at = armed
+        size += request.batch_size or 1
+        if (request.batch_key != key or size >= self._preferred[-1]
+                or (expires_ns and expires_ns < wake_at)):
+            return False
+        self._armed = (size, key, wake_at)
+        return True
 
     def _preferred_prefix(self, batch: list[InferRequest]) -> list[InferRequest]:
         """The longest prefix whose batch size is a preferred size, else the whole batch."""

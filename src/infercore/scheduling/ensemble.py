@@ -194,10 +194,9 @@ class EnsembleScheduler:
     def drain(self) -> None:
         pass
 
-    def dispatch(self, request: InferRequest) -> None:
-        pass  # enqueue always hands the request on
-
-    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
+    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
+                on_loop: bool = False) -> None:
+        # the steps are requests of their own: nothing for the caller to run here
         run = _Run(request)
         request.on_cancel(lambda: self._cancel(run))
         with run.lock:

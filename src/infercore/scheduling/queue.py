@@ -96,15 +96,18 @@ class PriorityQueue:
         priority = request.priority
         return priority if priority in self._levels else self._default
 
-    def push(self, request: InferRequest, now_ns: int) -> None:
-        """Queue ``request``; raises UnavailableError when its level is full."""
+    def push(self, request: InferRequest, now_ns: int) -> int:
+        """Queue ``request``; return its timeout deadline (ns, 0: none). Raises
+        UnavailableError when its level is full."""
         level = self._levels[self.level_of(request)]
         policy = level.policy
         if policy.max_queue_size and len(level) >= policy.max_queue_size:
             raise UnavailableError("Exceeds maximum queue size")
         timeout_us = policy.timeout_us(request)
-        level.pending.append((request, now_ns + timeout_us * 1_000 if timeout_us else 0))
+        deadline = now_ns + timeout_us * 1_000 if timeout_us else 0
+        level.pending.append((request, deadline))
         self._size += 1
+        return deadline
 
     def remove(self, request: InferRequest) -> bool:
         """Take ``request`` out wherever it is (a cancel); False if it is not queued."""

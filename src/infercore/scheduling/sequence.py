@@ -177,13 +177,12 @@ class SequenceBatcher:
         """Always False: a request runs on its sequence's instance, after its predecessors."""
         return False
 
-    def dispatch(self, request: InferRequest) -> None:
-        pass  # enqueue always hands the request on
-
-    def enqueue(self, request: InferRequest, wake: bool = True) -> None:
+    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
+                on_loop: bool = False) -> None:
         """Queue ``request`` on its sequence; a request that cannot belong to one is
         answered with the error at once, through its sender (raising here would leave it
-        counted in flight by the model, which only a response releases)."""
+        counted in flight by the model, which only a response releases). Its caller never
+        runs it (``caller_runs`` is ignored): it waits for its sequence's lane."""
         error = self._check(request)
         if error is None:
             with self._lock:
