@@ -8,7 +8,13 @@ import time
 from types import SimpleNamespace
 
 from infercore.request import InferRequest
-from infercore.stats import BatchStatistics, Duration, ModelStatistics, ModelStats
+from infercore.stats import (
+    BatchStatistics,
+    Duration,
+    LatencyWindow,
+    ModelStatistics,
+    ModelStats,
+)
 
 
 def _request(
@@ -296,3 +302,22 @@ def test_concurrent_recording_from_several_threads_gives_exact_totals():
     )
     assert by_size[2] == expected_twos
     assert by_size[1] == executions - expected_twos
+
+
+def test_cache_hits_and_misses_count_as_triton_counts_them():
+    stats = ModelStats("m", 1, latency_window=LatencyWindow())
+    stats.record_cache_miss(300)  # looked up, then executed
+    stats.record_execution([_request()], now_ns=2_000)
+    stats.record_cache_insert(200, 500, now_ns=2_100)
+    stats.record_cache_hit(_request(start=5_000), 40, now_ns=5_100)
+    snap = stats.snapshot()
+    assert snap.success == Duration(2, (2_000 - 1_000) + (5_100 - 5_000))
+    assert snap.queue == Duration(2, 1_300 - 1_100)  # a hit queues for 0 ns
+    assert snap.compute_infer == Duration(1, 400)  # hits never compute
+    assert (snap.inference_count, snap.execution_count) == (1, 1)
+    assert snap.cache_hit == Duration(1, 40)
+    assert snap.cache_miss == Duration(1, 300 + 200)
+    assert snap.to_dict()["inference_stats"]["cache_miss"] == {"count": 1, "ns": 500}
+    quantiles = stats.cache_latency_quantiles(6_000, [0.5])
+    assert quantiles == {"cache_hit": [0.04], "cache_miss": [0.5]}
+    assert ModelStats("m", 1).cache_latency_quantiles(6_000, [0.5]) is None

@@ -11,7 +11,14 @@ families, labelled ``model`` and ``version``:
     nv_inference_{request,queue,compute_input,compute_infer,compute_output}_summary_us
         (summary_latencies=true; quantiles from stats' latency window)
     nv_inference_first_response_histogram_ms (histogram_latencies=true, decoupled models)
-    nv_cache_{num_hits,num_misses,hit_duration,miss_duration}_per_model (cache enabled)
+    nv_cache_{num_hits,num_misses,hit_duration,miss_duration}_per_model (models using the
+        response cache, counter_latencies), nv_cache_{hit,miss}_summary_per_model
+        (summary_latencies)
+
+plus the families a model contributes beside Triton's (``LoadedModel.metric_families``,
+e.g. ``infercore_ray_*`` per instance and node for instances on Ray, docs/ray.md): each
+a ``ModelMetricFamily``, merged over models into one family per name and labelled
+``model`` and ``version`` first; Triton's families are never changed by them.
 
 plus ``nv_cpu_utilization`` and ``nv_cpu_memory_{total,used}_bytes`` from /proc (Linux),
 sampled at most once per ``metrics_interval`` when scraped, and the custom families
@@ -50,7 +57,8 @@ from .stats import FAILURE_REASONS, Duration, ModelStatistics
 if TYPE_CHECKING:
     from .model import LoadedModel
 
-__all__ = ["DEFAULT_QUANTILES", "MetricsSettings", "ServerMetrics", "parse_metrics_config"]
+__all__ = ["DEFAULT_QUANTILES", "MetricsSettings", "ModelMetricFamily", "ServerMetrics",
+           "parse_metrics_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +108,20 @@ BUILTIN_FAMILIES = (
     "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption",
 )
 CUSTOM_REGISTRY.reserve(BUILTIN_FAMILIES)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetricFamily:
+    """A family a loaded model adds beside Triton's (see the module docstring).
+
+    ``samples`` are (labels, value) pairs; the labels are those beyond ``model`` and
+    ``version``, which the server adds. ``kind`` is "counter" or "gauge".
+    """
+
+    name: str
+    help: str
+    kind: str
+    samples: tuple[tuple[Mapping[str, str], float], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +276,8 @@ class CpuSampler:
 
 
 def _cache_enabled(model: LoadedModel) -> bool:
-    """Whether ``model`` uses the response cache. There is no cache yet; the cache issue
-    reports the model's state here, and the nv_cache_* families then appear."""
+    """Whether ``model`` uses the response cache: only such models have the nv_cache_*
+    families, and their request summary is left out, as Triton does."""
     return bool(getattr(model, "response_cache_enabled", False))
 
 
@@ -337,6 +359,7 @@ class ServerMetrics:
             yield from self._summaries(rows)
         if settings.histogram_latencies:
             yield from _first_response_histograms(rows)
+        yield from _contributed_families(rows)
 
     def _summaries(self, rows: list[tuple[LoadedModel, ModelStatistics, dict[str, str]]]
                    ) -> Iterator[PromMetric]:
@@ -359,6 +382,10 @@ class ServerMetrics:
                 family.add_sample(family_name + "_count", labels, duration.count)
                 family.add_sample(family_name + "_sum", labels, _us(duration))
             yield family
+        cache_rows = [(model, snapshot, labels) for model, snapshot, labels in rows
+                      if _cache_enabled(model)]
+        if cache_rows:
+            yield from _cache_summaries(cache_rows, qs, now)
 
     def _cpu_families(self) -> Iterator[PromMetric]:
         assert self._cpu is not None
@@ -372,6 +399,21 @@ class ServerMetrics:
             family = PromMetric(name, help_text, "gauge")
             family.add_sample(name, {}, value)
             yield family
+
+
+def _contributed_families(rows: list[tuple[LoadedModel, ModelStatistics, dict[str, str]]]
+                          ) -> Iterator[PromMetric]:
+    """The models' own families, one per name (a name appears once in an exposition)."""
+    families: dict[str, PromMetric] = {}
+    for model, _, labels in rows:
+        contribute = getattr(model, "metric_families", None)
+        for extra in contribute() if contribute is not None else ():
+            family = families.get(extra.name)
+            if family is None:
+                family = families[extra.name] = PromMetric(extra.name, extra.help, extra.kind)
+            for sample_labels, value in extra.samples:
+                family.add_sample(extra.name, {**labels, **sample_labels}, value)
+    yield from families.values()
 
 
 def _us(duration: Duration) -> float:
@@ -398,6 +440,30 @@ def _cache_families(rows: list[tuple[Any, ModelStatistics, dict[str, str]]]
         for _, snapshot, labels in rows:
             family.add_sample(name, labels, value(snapshot))
         yield family
+
+
+def _cache_summaries(rows: list[tuple[LoadedModel, ModelStatistics, dict[str, str]]],
+                     qs: list[float], now: int) -> Iterator[PromMetric]:
+    """Triton's summaries of cache hit and miss durations (us) for models using the cache."""
+    windows = [(model.stats.cache_latency_quantiles(now, qs), snapshot, labels)
+               for model, snapshot, labels in rows]
+    for series, family_name, help_text in (
+            ("cache_hit", "nv_cache_hit_summary_per_model",
+             "Summary of cache hit duration per model, in microseconds"),
+            ("cache_miss", "nv_cache_miss_summary_per_model",
+             "Summary of cache miss (insert+lookup) duration per model, in microseconds")):
+        family = PromMetric(family_name, help_text, "summary")
+        for quantiles, snapshot, labels in windows:
+            if quantiles is None:
+                continue
+            for q, value in zip(qs, quantiles[series], strict=True):
+                family.add_sample(family_name, {**labels, "quantile": floatToGoString(q)},
+                                  value)
+            duration: Duration = getattr(snapshot, series)
+            family.add_sample(family_name + "_count", labels, duration.count)
+            family.add_sample(family_name + "_sum", labels, _us(duration))
+        if family.samples:
+            yield family
 
 
 def _first_response_histograms(rows: list[tuple[LoadedModel, ModelStatistics,

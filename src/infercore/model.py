@@ -15,27 +15,37 @@ Observability hooks, each free when unused: ``infer`` reads the model's ``ModelT
 ``_release`` and ``settled`` where its outcome is recorded. Failures are counted with
 Triton's reasons. ``pending_count`` is what the scheduler still holds (Triton's
 nv_inference_pending_request_count: received, not yet executing).
+
+Response cache (cache.py): a model version uses the server's cache when its config says
+``response_cache { enable: true }`` and the server has one; otherwise ``_cache`` is None
+and ``infer`` pays that one check. With the cache, ``infer`` hashes the validated request
+and looks it up: a hit is answered on the caller's thread at once (statistics first, then
+the response), never queued or executed; a miss is counted and goes on with a
+``CachingSender``, which inserts the successful response before delivering it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
 from .backends.base import Backend, BackendModel, InstanceInfo, ModelContext
+from .cache import CacheFill, ResponseCache, caching_sender, request_key
 from .clock import Clock, MonotonicClock
 from .errors import InvalidArgumentError, UnavailableError
 from .instance import BackendThread, ModelInstance, cpu_cores_of
 from .payload import Payload
 from .rate_limiter import RateLimiter, ResourceAsk
+from .ray import create_backend_model
 from .request import InferRequest
-from .response import InferResponse, ResponseSender, ResponseStream
+from .response import InferResponse, ResponseSender, ResponseStream, on_event_loop
 from .scheduling.base import Scheduler
 from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
@@ -47,6 +57,9 @@ from .trace_record import TracingSender
 from .tracing import Tracer
 from .validation import RequestValidator
 from .warmup import run_warmup, warmup_samples
+
+if TYPE_CHECKING:
+    from .metrics import ModelMetricFamily
 
 __all__ = ["LoadedModel", "ModelEnvironment"]
 
@@ -66,7 +79,14 @@ class ModelEnvironment:
     latency_summaries: bool = False
     # --metrics-config histogram_latencies=true: decoupled models' first-response histogram
     first_response_histogram: bool = False
+    # --cache-config local,size=N: the cache of models with response_cache { enable: true }
+    response_cache: ResponseCache | None = None
+    # --ray-address: the Ray cluster of instance groups placed on Ray ("": none; docs/ray.md)
+    ray_address: str = ""
 
+
+# Each load of a model version keys its cache entries apart (cache.request_key).
+_CACHE_GENERATIONS = itertools.count(1)
 
 # Triton's default buckets (ms) of nv_inference_first_response_histogram_ms.
 FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
@@ -111,6 +131,28 @@ class LoadedModel:
         self._drained = threading.Condition(self._inflight_lock)
         self.labels: dict[str, list[str]] = {}  # output name -> classification labels
         self._decoupled = context.decoupled
+        self._cache = self._response_cache()
+        self._cache_generation = next(_CACHE_GENERATIONS) if self._cache is not None else 0
+
+    def _response_cache(self) -> ResponseCache | None:
+        """The server's cache if this model version uses it (its config enables it)."""
+        if not self.config.response_cache.enable:
+            return None
+        cache = self._environment.response_cache
+        if cache is None:
+            # Triton enables the cache only where both the server and the model ask.
+            logger.info("model %s v%d enables the response cache, but the server has none "
+                        "(--cache-config local,size=<bytes>): its responses are not cached",
+                        self.name, self.version)
+            return None
+        if self._decoupled or self.config.HasField("sequence_batching"):
+            return None  # config validation refuses these combinations at load
+        return cache
+
+    @property
+    def response_cache_enabled(self) -> bool:
+        """Whether requests to this model version go through the response cache."""
+        return self._cache is not None
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -131,7 +173,9 @@ class LoadedModel:
         cores = {info.name: self._cpu_cores(info) for info in infos}
         blocking = bool(getattr(self._backend, "device_blocking", False))
         samples = warmup_samples(self.config, self.context.model_dir)
-        self._backend_model = self._backend.create_model(self.context)
+        # the backend's model, or one that places some instance groups on Ray (docs/ray.md)
+        self._backend_model = create_backend_model(self._backend, self.context,
+                                                   self._environment.ray_address)
         try:
             for info in infos:
                 backend_instance = self._backend_model.create_instance(info)
@@ -165,11 +209,28 @@ class LoadedModel:
         if self._describe is None or self.context.infer is None:
             raise InvalidArgumentError(f"ensemble {self.name} needs a server to run in")
         steps = validate_ensemble(self.config, self._describe)
+        if self._cache is not None:
+            obstacle = self._ensemble_cache_obstacle(steps)
+            if obstacle:
+                # Triton: an ensemble caches only if all its composing models could.
+                logger.warning("ensemble %s enables the response cache, but %s: its "
+                               "responses are not cached", self.name, obstacle)
+                self._cache = None
         self._scheduler = EnsembleScheduler(
             self.config, steps, self.context.infer,  # type: ignore[arg-type]
             self._record_ensemble_failure, self._record_success)
         with self._inflight_lock:
             self._accepting = True
+
+    def _ensemble_cache_obstacle(self, steps: list[Any]) -> str:
+        """Why an ensemble's top-level responses cannot be cached ("" if they can)."""
+        for step in steps:
+            if step.decoupled:
+                return f"its step model {step.model_name} is decoupled"
+            config = self._describe(step.model_name, step.model_version)  # type: ignore[misc]
+            if config.HasField("sequence_batching"):
+                return f"its step model {step.model_name} uses the sequence batcher"
+        return ""
 
     def _record_success(self, request: InferRequest) -> None:
         self.stats.record_success(request, self._clock())
@@ -254,8 +315,9 @@ class LoadedModel:
         (or, with ``callback``, are passed to it on the producing thread).
 
         ``consume_now``: the caller reads the stream at once (frontends do), so the
-        request is queued without waking an instance thread: the reader runs it inline
-        when it can and wakes a thread only when it cannot.
+        request runs on the calling thread before this returns when an instance is idle
+        (on an event loop: only a model known to execute briefly), without waking an
+        instance thread; otherwise it is queued and one instance thread is woken.
 
         Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
         """
@@ -268,13 +330,21 @@ class LoadedModel:
         except ValueError as exc:  # e.g. a reshape numpy cannot do
             self.stats.record_failure(request, self._clock(), REJECTED)
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
+        key: bytes | None = None
+        cached: dict[str, Any] | None = None
+        lookup_ns = 0
+        cache = self._cache
+        if cache is not None:  # the only cost of the cache to models without it
+            key, cached, lookup_ns = self._lookup(cache, request)
         stream = ResponseStream(request, raise_on_error=raise_on_error, callback=callback)
-        deferred = consume_now and callback is None
-        if callback is None:
-            stream._runner = self._scheduler
-            stream._deferred = deferred
-        if self._trace.on or request.trace is not None:
-            request.sender = self._traced_sender(request, stream)
+        caller_runs = consume_now and callback is None
+        if callback is None and not caller_runs:
+            stream._runner = self._scheduler  # a blocking reader may run it (once)
+        fill = None
+        if key is not None and cached is None:
+            fill = CacheFill(cache, key, lookup_ns, self.stats, self._clock)  # type: ignore[arg-type]
+        if fill is not None or self._trace.on or request.trace is not None:
+            request.sender = self._sender(request, stream, fill)
         else:
             request.sender = ResponseSender(request, stream, self.name, self.version,
                                             self._release)
@@ -292,8 +362,15 @@ class LoadedModel:
                 f"Request for unknown model: '{self.name}' version {self.version} is not "
                 "ready"
             )
+        if key is not None:
+            if cached is not None:
+                stream._runner = None  # answered here: nothing to run
+                self._answer_from_cache(request, cached, lookup_ns)
+                return stream
+            self.stats.record_cache_miss(lookup_ns)
         try:
-            self._scheduler.enqueue(request, wake=not deferred)  # type: ignore[union-attr]
+            self._scheduler.enqueue(  # type: ignore[union-attr]
+                request, caller_runs=caller_runs, on_loop=caller_runs and on_event_loop())
         except BaseException:
             # Refused at the door (e.g. a full queue): not in flight, counted as failed.
             self._release(request)
@@ -303,18 +380,47 @@ class LoadedModel:
             raise
         return stream
 
-    def _traced_sender(self, request: InferRequest, stream: ResponseStream) -> ResponseSender:
-        """Sample (a client's request) or adopt the parent's child trace, and bind it."""
-        trace = request.trace
-        if trace is None:
-            trace = self._trace.sample()
+    def _sender(self, request: InferRequest, stream: ResponseStream,
+                fill: CacheFill | None) -> ResponseSender:
+        """The sender of a traced request or of one that fills the cache: sample (a
+        client's request) or adopt the parent's child trace, and bind it."""
+        capture = None
+        if self._trace.on or request.trace is not None:
+            trace = request.trace
             if trace is None:
-                return ResponseSender(request, stream, self.name, self.version, self._release)
-            request.trace = trace
-        if trace.begin(request, self.name, self.version):  # TENSORS: capture the outputs
-            return TracingSender(trace, request, stream,  # type: ignore[arg-type]
+                trace = self._trace.sample()
+                if trace is not None:
+                    request.trace = trace
+            # TENSORS level: the sender captures the outputs
+            if trace is not None and trace.begin(request, self.name, self.version):
+                capture = trace
+        if fill is not None:
+            return caching_sender(fill, capture, request, stream, self.name, self.version,
+                                  self._release)
+        if capture is not None:
+            return TracingSender(capture, request, stream,  # type: ignore[arg-type]
                                  self.name, self.version, self._release)
         return ResponseSender(request, stream, self.name, self.version, self._release)
+
+    def _lookup(self, cache: ResponseCache, request: InferRequest
+                ) -> tuple[bytes | None, dict[str, Any] | None, int]:
+        """(key, cached outputs or None, lookup ns incl. hashing); the key is None for a
+        request that cannot be cached (an input outside CPU memory)."""
+        start = self._clock()
+        key = request_key(self.name, self.version, request.inputs, request.requested_outputs,
+                          self._cache_generation)
+        if key is None:
+            return None, None, 0
+        cached = cache.lookup(key)
+        return key, cached, self._clock() - start
+
+    def _answer_from_cache(self, request: InferRequest, outputs: dict[str, Any],
+                           lookup_ns: int) -> None:
+        """A hit: count it (before the caller can see the response), then answer."""
+        self.stats.record_cache_hit(request, lookup_ns, self._clock())
+        request.sender.send(outputs, final=True)  # type: ignore[union-attr]
+        if request.trace is not None:
+            request.trace.settled()
 
     def _observe_responses(self, request: InferRequest) -> None:
         """Per-response statistics of a decoupled request (and its first-response time)."""
@@ -359,6 +465,22 @@ class LoadedModel:
         self.stats.record_failure(request, self._clock(), OTHER)
         if request.trace is not None:
             request.trace.settled()
+
+    @property
+    def health_reason(self) -> str:
+        """Why a serving model is degraded (e.g. instances on Ray down), or ""."""
+        return str(getattr(self._backend_model, "health_reason", ""))
+
+    @property
+    def serving(self) -> bool:
+        """False while every instance is down (all of them on Ray, docs/ray.md): the
+        version is then reported not ready until one is back."""
+        return bool(getattr(self._backend_model, "serving", True))
+
+    def metric_families(self) -> tuple[ModelMetricFamily, ...]:
+        """Families this version adds to the metrics beside Triton's (metrics.py)."""
+        contribute = getattr(self._backend_model, "metric_families", None)
+        return tuple(contribute()) if contribute is not None else ()
 
     @property
     def inflight_count(self) -> int:

@@ -10,10 +10,16 @@ cumulative over requests (a request in a batch of four adds the batch's compute 
 for itself). Failures also count by Triton's metric reasons (REJECTED, CANCELED, BACKEND,
 OTHER), for ``nv_inference_request_failure``.
 
+Response cache figures follow Triton too: a hit counts as a success (and a queue entry
+of zero) with its lookup time as ``cache_hit``, and adds nothing to ``inference_count``,
+``execution_count``, the compute durations or the batch statistics; a miss counts once
+at lookup as ``cache_miss``, whose duration grows by the insertion of the response.
+
 Two optional parts exist only when the metrics configuration asks for them, so the hot
-path pays nothing otherwise: a sliding window of per-request latencies (the quantiles of
-``summary_latencies``) and a first-response histogram for decoupled models
-(``histogram_latencies``). Both are written under the same lock as the counters.
+path pays nothing otherwise: sliding windows of per-request latencies (the quantiles of
+``summary_latencies``, including the cache's hit and miss durations) and a
+first-response histogram for decoupled models (``histogram_latencies``). Both are
+written under the same lock as the counters.
 """
 
 from __future__ import annotations
@@ -197,19 +203,24 @@ class LatencyWindow:
     Triton's summaries (prometheus-cpp) cover a 60 s sliding window. Here the window also
     keeps at most ``max_samples`` requests (the most recent), so recording is one tuple
     append and a scrape sorts a bounded list; quantiles are exact over what is kept. Not
-    locked: ModelStats writes and reads it under its own lock.
+    locked: ModelStats writes and reads it under its own lock. ``series`` names the
+    values each sample holds (by default the five request latencies).
     """
 
     SERIES = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 
-    def __init__(self, max_age_ns: int = 60_000_000_000, max_samples: int = 2048) -> None:
+    def __init__(self, max_age_ns: int = 60_000_000_000, max_samples: int = 2048,
+                 series: Sequence[str] = SERIES) -> None:
         self.max_age_ns = max_age_ns
-        # (monotonic ns, request, queue, compute_input, compute_infer, compute_output) in ns
-        self._samples: deque[tuple[int, int, int, int, int, int]] = deque(maxlen=max_samples)
+        self.max_samples = max_samples
+        self.series = tuple(series)
+        # (monotonic ns, one value per series in ns)
+        self._samples: deque[tuple[int, ...]] = deque(maxlen=max_samples)
 
-    def add(self, now_ns: int, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int,
-            output_ns: int) -> None:
-        self._samples.append((now_ns, request_ns, queue_ns, input_ns, infer_ns, output_ns))
+    def add(self, now_ns: int, *values_ns: int) -> None:
+        """One sample: for the default series, request, queue, compute input, compute
+        infer and compute output durations."""
+        self._samples.append((now_ns, *values_ns))
 
     def quantiles(self, now_ns: int, qs: Sequence[float]) -> dict[str, list[float]]:
         """Series name -> the value (us) at each quantile (NaN when the window is empty)."""
@@ -218,7 +229,7 @@ class LatencyWindow:
         while samples and samples[0][0] < horizon:
             samples.popleft()
         result: dict[str, list[float]] = {}
-        for column, series in enumerate(self.SERIES, start=1):
+        for column, series in enumerate(self.series, start=1):
             values = sorted(sample[column] for sample in samples)
             result[series] = [_quantile(values, q) / 1e3 for q in qs]
         return result
@@ -267,6 +278,11 @@ class ModelStats:
         self.name = name
         self.version = version
         self._window = latency_window
+        # Summaries of the cache's hit and miss durations go with the request summaries.
+        self._cache_window = (None if latency_window is None else LatencyWindow(
+            latency_window.max_age_ns, latency_window.max_samples, series=("cache_hit",)))
+        self._cache_miss_window = (None if latency_window is None else LatencyWindow(
+            latency_window.max_age_ns, latency_window.max_samples, series=("cache_miss",)))
         self._first_response = (None if first_response_buckets is None
                                 else _Histogram(first_response_buckets))
         self._fail_reasons = dict.fromkeys(FAILURE_REASONS, 0)
@@ -281,6 +297,8 @@ class ModelStats:
         self._compute_input = _Counter()
         self._compute_infer = _Counter()
         self._compute_output = _Counter()
+        self._cache_hit = _Counter()
+        self._cache_miss = _Counter()
         self._batches: dict[int, tuple[_Counter, _Counter, _Counter]] = {}
         self._instance_executions: dict[str, int] = {}
         # index -> [compute_infer, compute_output, success, fail, empty, cancel]
@@ -362,6 +380,30 @@ class ModelStats:
             if self._window is not None:
                 self._window.add(now_ns, request_ns, 0, 0, 0, 0)
 
+    def record_cache_hit(self, request: InferRequest, lookup_ns: int, now_ns: int) -> None:
+        """A request answered from the response cache (Triton's UpdateSuccessCacheHit):
+        a success, a queue entry of zero, and a cache hit of ``lookup_ns``; no inference,
+        execution or compute figures."""
+        with self._lock:
+            self._success.add(now_ns - request.request_start_ns)
+            self._queue.add(0)
+            self._cache_hit.add(lookup_ns)
+            if self._cache_window is not None:
+                self._cache_window.add(now_ns, lookup_ns)
+
+    def record_cache_miss(self, lookup_ns: int) -> None:
+        """A lookup that found nothing; the request goes on to execute."""
+        with self._lock:
+            self._cache_miss.add(lookup_ns)
+
+    def record_cache_insert(self, insert_ns: int, miss_ns: int, now_ns: int) -> None:
+        """The response of a missed request was inserted: ``insert_ns`` joins the miss's
+        duration; ``miss_ns`` (lookup and insertion) is that miss's summary sample."""
+        with self._lock:
+            self._cache_miss.ns += insert_ns
+            if self._cache_miss_window is not None:
+                self._cache_miss_window.add(now_ns, miss_ns)
+
     def record_failure(self, request: InferRequest, now_ns: int, reason: str = OTHER) -> None:
         """A request that failed before execution (validation, queue timeout, cancel);
         ``reason`` is one of Triton's failure reasons."""
@@ -394,6 +436,16 @@ class ModelStats:
         with self._lock:
             return self._window.quantiles(now_ns, qs)
 
+    def cache_latency_quantiles(self, now_ns: int, qs: Sequence[float]
+                                ) -> dict[str, list[float]] | None:
+        """Summary quantiles (us) of the cache's hit and miss durations ("cache_hit",
+        "cache_miss"); None when summaries are off."""
+        if self._cache_window is None or self._cache_miss_window is None:
+            return None
+        with self._lock:
+            return {**self._cache_window.quantiles(now_ns, qs),
+                    **self._cache_miss_window.quantiles(now_ns, qs)}
+
     def report_memory_usage(self, usage: Sequence[MemoryUsage]) -> None:
         """What a backend reports its model version holds (TRITONBACKEND's
         ModelReportMemoryUsage); shown in the statistics' memory_usage."""
@@ -418,6 +470,8 @@ class ModelStats:
                 compute_input=self._compute_input.freeze(),
                 compute_infer=self._compute_infer.freeze(),
                 compute_output=self._compute_output.freeze(),
+                cache_hit=self._cache_hit.freeze(),
+                cache_miss=self._cache_miss.freeze(),
                 batch_stats=batches,
                 instance_executions=dict(sorted(self._instance_executions.items())),
                 response_stats={index: ResponseStatistics(*(c.freeze() for c in counters))
