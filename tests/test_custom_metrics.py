@@ -198,7 +198,8 @@ class TritonPythonModel:
 
 def test_python_models_report_custom_metrics(repo):
     repo.add_model("counted", config=CUSTOM_MODEL_CONFIG, model_py=CUSTOM_MODEL_PY)
-    with Server(model_repository=repo.path) as server:
+    with Server(model_repository=repo.path, model_control_mode="explicit",
+                startup_models=["counted"]) as server:
         model = server.model("counted")
         answers = [model.infer(inputs={"X": np.array([v], np.float32)}).result()
                    .outputs["Y"].to_numpy()[0] for v in (0.5, 5.0, 50.0)]

@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2
 
 from .errors import InvalidArgumentError, TritonError
 from .request import InferRequest, ParameterValue
+from .request_trace import Trace, bind_trace
 from .response import ResponseStream
 from .stats import ModelStatistics
 from .tensor import DataType, Tensor
@@ -59,6 +60,7 @@ class Model:
         sequence_start: bool = False,
         sequence_end: bool = False,
         raise_on_error: bool = True,
+        trace: Trace | None = None,
     ) -> ResponseStream:
         """Start one inference; its responses arrive on the returned stream.
 
@@ -67,6 +69,8 @@ class Model:
         outputs returned. ``timeout`` is in microseconds, as in Triton's API.
         The stream is iterable, async-iterable and awaitable (see ResponseStream).
         Errors found on entry (unknown model, invalid inputs) raise at once.
+        ``trace`` (an ``infercore.Trace``) reports this request's activities to the
+        caller's callbacks (see request_trace.py).
         """
         loaded = self._server._resolve(self.name, self.version)
         request = InferRequest(
@@ -82,7 +86,11 @@ class Model:
             sequence_start=sequence_start,
             sequence_end=sequence_end,
         )
-        return loaded.infer(request, raise_on_error=raise_on_error)
+        if trace is not None:
+            bind_trace(request, trace)
+        # Through the server, which hands a request that meets a reload's swap to the
+        # version serving now.
+        return self._server.infer(request, raise_on_error=raise_on_error)
 
     # Triton's API returns an async iterator from async_infer; our stream is one already.
     async_infer = infer
@@ -99,10 +107,10 @@ class Model:
 
     def ready(self) -> bool:
         try:
-            self._server._resolve(self.name, self.version)
+            loaded = self._server._resolve(self.name, self.version)
         except TritonError:
             return False
-        return True
+        return loaded.serving  # False while every instance is down (on Ray, docs/ray.md)
 
     def metadata(self) -> dict[str, Any]:
         """Triton's model metadata: name, versions, platform, inputs and outputs."""

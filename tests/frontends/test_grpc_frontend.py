@@ -72,7 +72,9 @@ def test_invalid_flag_values_are_refused(flags, capsys):
 
 @pytest.fixture
 def server(add_sub_repo):
-    with Server(model_repository=add_sub_repo.path) as server:
+    # explicit model control: the test loads and unloads through the frontend
+    with Server(model_repository=add_sub_repo.path, model_control_mode="explicit",
+                startup_models=["*"]) as server:
         yield server
 
 

@@ -104,8 +104,7 @@ def test_repository_index_unload_and_load(client):
     assert "spare" not in ready
     client.load_model("spare")
     assert client.is_model_ready("spare")
-    error = _failure(client.unload_model, "no_such_model")
-    assert error.status() in ("StatusCode.NOT_FOUND", "StatusCode.INVALID_ARGUMENT")
+    client.unload_model("no_such_model")  # as in Triton: nothing to unload is no error
 
 
 def test_load_with_a_config_override(client):
@@ -119,9 +118,11 @@ def test_load_with_a_config_override(client):
     assert client.get_model_config("spare").config.max_batch_size == 8
 
 
-def test_load_refuses_model_files_and_unknown_parameters(client, stub):
+def test_load_reports_model_file_errors_and_refuses_unknown_parameters(client, stub):
     error = _failure(client.load_model, "spare", config="{}", files={"file:1/model.py": b"x"})
-    assert error.status() == "StatusCode.UNIMPLEMENTED"
+    assert error.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "load failed for model 'spare'" in error.message() and "NameError" in error.message()
+    assert client.is_model_ready("spare")  # the failed reload left the serving version
     request = service_pb2.RepositoryModelLoadRequest(model_name="spare")
     request.parameters["colour"].string_param = "blue"
     with pytest.raises(grpc.RpcError) as raised:

@@ -105,10 +105,11 @@ def test_load_of_an_unknown_model_fails(client):
         client.load_model("missing")
 
 
-def test_load_with_model_files_is_unsupported(http_server):
+def test_load_with_model_files_needs_a_config(http_server):
     status, body = _post(http_server, "/v2/repository/models/spare/load",
                          {"parameters": {"file:1/model.py": base64.b64encode(b"x").decode()}})
-    assert status == 501 and "not supported" in body["error"]
+    assert status == 400
+    assert "Load parameter 'config' must be specified for model file override" in body["error"]
 
 
 def test_repository_names_in_the_path_are_unsupported(http_server):

@@ -256,7 +256,8 @@ def test_model_states_enum_is_public(add_sub_repo):
 
 
 def test_load_with_a_config_override_replaces_config_pbtxt(add_sub_repo):
-    with Server(model_repository=add_sub_repo.path) as server:
+    with Server(model_repository=add_sub_repo.path, model_control_mode="explicit",
+                startup_models=["*"]) as server:
         config = server.model("add_sub").config()
         config["max_batch_size"] = 2
         server.load("add_sub", config=config)

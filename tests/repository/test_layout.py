@@ -10,12 +10,14 @@ from infercore.repository import (
     ModelSource,
     check_model_name,
     directory_fingerprint,
+    find_models,
     list_versions,
     model_file_path,
     no_version_reason,
     resolve_inside,
     scan_repositories,
     select_versions,
+    snapshot_model,
     version_dir,
 )
 
@@ -396,3 +398,73 @@ def test_fingerprint_survives_a_symlink_cycle(tmp_path: Path) -> None:
     (model / "1" / "loop").symlink_to(model, target_is_directory=True)
 
     assert isinstance(directory_fingerprint(model), int)
+
+
+# find_models
+
+
+def test_find_models_keeps_every_source_of_a_name_in_repository_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    make_model(first, "shared")
+    make_model(second, "shared")
+    make_model(second, "only")
+
+    found = find_models([second, first])
+
+    assert list(found) == ["only", "shared"]
+    assert [s.repository for s in found["shared"]] == [second, first]
+    assert found["only"] == [ModelSource("only", second / "only", second)]
+
+
+# snapshot_model
+
+
+def test_snapshot_tells_which_version_changed(tmp_path: Path) -> None:
+    model = make_model(tmp_path, "m", versions=("1", "2"))
+    before = snapshot_model(model)
+    (model / "2" / "model.py").write_text("# version two, edited\n")
+    after = snapshot_model(model)
+
+    assert before.shared == after.shared
+    assert before.changed_versions(after) == {2}
+    assert before.changed_versions(snapshot_model(model)) == {2}
+    assert after.changed_versions(snapshot_model(model)) == set()
+
+
+def test_snapshot_counts_added_and_removed_versions(tmp_path: Path) -> None:
+    model = make_model(tmp_path, "m", versions=("1", "2"))
+    before = snapshot_model(model)
+    (model / "3").mkdir()
+    (model / "2" / "model.py").unlink()
+    (model / "2").rmdir()
+
+    assert before.changed_versions(snapshot_model(model)) == {2, 3}
+
+
+def test_snapshot_changes_every_version_when_anything_else_changes(tmp_path: Path) -> None:
+    model = make_model(tmp_path, "m", versions=("1", "2"))
+    before = snapshot_model(model)
+    (model / "labels.txt").write_text("cat\ndog\n")
+
+    assert before.changed_versions(snapshot_model(model)) == {1, 2}
+    middle = snapshot_model(model)
+    (model / "config.pbtxt").write_text('name: "m"\nmax_batch_size: 4\n')
+    assert middle.changed_versions(snapshot_model(model)) == {1, 2}
+
+
+def test_snapshot_ignores_pycache_and_treats_odd_version_names_as_shared(tmp_path: Path) -> None:
+    model = make_model(tmp_path, "m")
+    before = snapshot_model(model)
+    (model / "__pycache__").mkdir()
+    (model / "1" / "__pycache__").mkdir()
+    assert snapshot_model(model) == before
+    (model / "007").mkdir()
+    after = snapshot_model(model)
+
+    assert set(after.versions) == {1} and after.shared != before.shared
+
+
+def test_snapshot_of_a_missing_folder_is_empty(tmp_path: Path) -> None:
+    snapshot = snapshot_model(tmp_path / "gone")
+
+    assert snapshot.versions == {} and snapshot == snapshot_model(tmp_path / "also_gone")

@@ -135,7 +135,7 @@ def test_concurrent_writers_and_readers_keep_the_table_consistent() -> None:
                 if i % 3 == 0:
                     table.remove(name, version)
             # Keep the table changing until every reader is done.
-            scratch = -1 - worker
+            scratch = -2 - worker  # -1 is the whole-model row (version "")
             while not stop.is_set():
                 table.set(name, scratch, ModelState.LOADING, f"loading {scratch}")
                 table.remove(name, scratch)

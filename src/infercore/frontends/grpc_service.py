@@ -203,6 +203,7 @@ class CommonService:
                                     ) -> pb.RepositoryModelLoadResponse:
         _no_repository_name(request.repository_name)
         config: str | None = None
+        files: dict[str, bytes] = {}
         for key, param in request.parameters.items():
             kind = param.WhichOneof("parameter_choice")
             if key == "config":
@@ -216,17 +217,11 @@ class CommonService:
                     raise InvalidArgumentError(
                         f"invalid value type for load parameter '{key}', expected bytes_param."
                     )
-                # The engine loads only from the repositories it was given; model files sent
-                # with the request (Triton writes them to a temporary model folder) need an
-                # engine API that does not exist yet.
-                raise UnsupportedError(
-                    f"load parameter '{key}': loading model files sent with the request is "
-                    "not supported"
-                )
+                files[key] = param.bytes_param
             else:
                 raise InvalidArgumentError(f"unrecognized load parameter '{key}'.")
         await self._blocking(functools.partial(self._server.load, request.model_name,
-                                               config=config))
+                                               config=config, files=files))
         return pb.RepositoryModelLoadResponse()
 
     @_rpc
@@ -238,9 +233,9 @@ class CommonService:
             raise InvalidArgumentError(
                 "invalid value type for 'unload_dependents' parameter, expected bool_param."
             )
-        # Models that depend on others (ensembles) do not exist in the engine yet, so
-        # unloading a model and "its dependents" unloads that model alone.
-        await self._blocking(functools.partial(self._server.unload, request.model_name))
+        await self._blocking(functools.partial(
+            self._server.unload, request.model_name,
+            unload_dependents=dependents is not None and dependents.bool_param))
         return pb.RepositoryModelUnloadResponse()
 
     async def _blocking(self, call: Callable[[], object]) -> None:

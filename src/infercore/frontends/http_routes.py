@@ -13,6 +13,8 @@ blocking repository calls run on the admin pool's threads.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import re
 from collections.abc import Callable, Coroutine
@@ -24,6 +26,7 @@ import orjson
 
 from ..errors import InvalidArgumentError, NotFoundError, TritonError, UnsupportedError
 from ..server import Server
+from .http_generate import GenerateHandler
 from .http_infer import InferHandler
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
 from .http_params import is_uint
@@ -42,7 +45,7 @@ FRONTEND_EXTENSIONS = ("classification", "sequence", "model_repository",
                        "system_shared_memory", "binary_tensor_data", "trace", "logging")
 
 _MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
-                    r"(?:/(infer|ready|config|stats|trace/setting))?")
+                    r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?")
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:index|models/([^/]+)/(load|unload))")
 _SHARED_MEMORY = re.compile(
     r"/v2/(systemsharedmemory|cudasharedmemory)(?:/region/([^/]+))?/(status|register|unregister)")
@@ -65,6 +68,7 @@ class HttpRouter:
         self._server = server
         self._shm = shm
         self._executor = executor
+        self._generate = GenerateHandler(server, max_input_size=max_input_size)
         self._infer = InferHandler(server, shm, max_input_size=max_input_size,
                                    header_forward_pattern=header_forward_pattern)
 
@@ -91,6 +95,11 @@ class HttpRouter:
                 if method != "POST":
                     return _NOT_ALLOWED
                 return self._infer.infer(request, name, version)
+            if kind == "generate" or kind == "generate_stream":
+                if method != "POST":
+                    return _NOT_ALLOWED
+                return self._generate.generate(request, name, version,
+                                               stream=kind == "generate_stream")
             if kind == "trace/setting":
                 if version_text:
                     return _NOT_FOUND  # trace settings are per model, not per version
@@ -167,15 +176,15 @@ class HttpRouter:
         if not isinstance(parameters, dict):
             raise InvalidArgumentError("Unable to parse 'parameters'")
         if action == "load":
-            config = _load_config(parameters)
-            return self._blocking(lambda: self._server.load(model, config))
+            config, files = _load_parameters(parameters)
+            return self._blocking(lambda: self._server.load(model, config, files))
         unload_dependents = parameters.get("unload_dependents", False)
         if not isinstance(unload_dependents, bool):
             raise InvalidArgumentError(
                 "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as "
                 "boolean")
-        # No model has dependents until ensembles arrive, so both forms unload one model.
-        return self._blocking(lambda: self._server.unload(model))
+        return self._blocking(lambda: self._server.unload(
+            model, unload_dependents=unload_dependents))
 
     async def _run_blocking(self, call: Callable[[], Any]) -> HttpResponse:
         loop = asyncio.get_running_loop()
@@ -311,15 +320,20 @@ def _json_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
     return document
 
 
-def _load_config(parameters: dict[str, Any]) -> str | None:
+def _load_parameters(parameters: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
+    """The load request's config override and its model files (base64 in JSON)."""
     config = None
+    files: dict[str, bytes] = {}
     for key, value in parameters.items():
         if not isinstance(value, str):
             raise InvalidArgumentError("attempt to access JSON non-string as string")
         if key == "config":
             config = value
         elif key.startswith("file:"):
-            raise UnsupportedError(
-                f"load parameter '{key}': model files sent with the load request are not "
-                "supported; place the model in a repository")
-    return config
+            try:
+                files[key] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidArgumentError(
+                    f"failed to decode the base64 content of load parameter '{key}'"
+                ) from None
+    return config, files

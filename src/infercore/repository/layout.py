@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
@@ -25,15 +25,18 @@ from infercore.errors import InvalidArgumentError
 
 __all__ = [
     "DUPLICATE_MODEL_REASON",
+    "ModelSnapshot",
     "ModelSource",
     "check_model_name",
     "directory_fingerprint",
+    "find_models",
     "list_versions",
     "model_file_path",
     "no_version_reason",
     "resolve_inside",
     "scan_repositories",
     "select_versions",
+    "snapshot_model",
     "version_dir",
 ]
 
@@ -89,6 +92,27 @@ def scan_repositories(
         InvalidArgumentError: a repository does not exist, is not a directory or can't be
             listed.
     """
+    models: dict[str, ModelSource] = {}
+    problems: dict[str, str] = {}
+    for name, sources in find_models(repositories).items():
+        if len(sources) == 1:
+            models[name] = sources[0]
+        else:
+            problems[name] = DUPLICATE_MODEL_REASON
+    return models, problems
+
+
+def find_models(repositories: Sequence[Path | str]) -> dict[str, list[ModelSource]]:
+    """Every model folder of every repository: name -> its sources in repository order.
+
+    A name with more than one source is in several repositories (allowed only with model
+    namespacing). Sorted by name; hidden folders and plain files are skipped; a repository
+    listed twice is scanned once.
+
+    Raises:
+        InvalidArgumentError: a repository does not exist, is not a directory or can't be
+            listed.
+    """
     roots: list[Path] = []
     seen_roots: set[Path] = set()
     for repository in repositories:
@@ -110,16 +134,7 @@ def scan_repositories(
             if name.startswith("."):
                 continue
             found.setdefault(name, []).append(ModelSource(name, root / name, root))
-
-    models: dict[str, ModelSource] = {}
-    problems: dict[str, str] = {}
-    for name in sorted(found):
-        sources = found[name]
-        if len(sources) == 1:
-            models[name] = sources[0]
-        else:
-            problems[name] = DUPLICATE_MODEL_REASON
-    return models, problems
+    return dict(sorted(found.items()))
 
 
 def _subdirectories(path: Path) -> list[str]:
@@ -250,6 +265,64 @@ def resolve_inside(base: Path, relative: str) -> Path:
     return resolved
 
 
+@dataclass(frozen=True, slots=True)
+class ModelSnapshot:
+    """What a model folder holds, as fingerprints: tells which parts changed since.
+
+    ``shared`` covers everything that is not a version folder (config.pbtxt, configs/,
+    label files, helpers), so a change there reloads every version; ``versions`` has one
+    fingerprint per version folder, so a change inside one reloads that version only.
+    """
+
+    shared: int
+    versions: Mapping[int, int]
+
+    def changed_versions(self, newer: ModelSnapshot) -> set[int]:
+        """Versions added, removed or modified in ``newer``; all of them if ``shared``
+        changed."""
+        if newer.shared != self.shared:
+            return set(self.versions) | set(newer.versions)
+        return {v for v in set(self.versions) | set(newer.versions)
+                if self.versions.get(v) != newer.versions.get(v)}
+
+
+def snapshot_model(model_dir: Path) -> ModelSnapshot:
+    """Fingerprint a model folder (see ``ModelSnapshot``); a missing folder is empty."""
+    root = Path(model_dir)
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    shared = hashlib.blake2b(digest_size=8)
+    versions: dict[int, int] = {}
+    for entry in entries:
+        version = _parse_version(entry.name)
+        try:
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError:
+            continue  # vanished while listing
+        if version is not None and is_dir:
+            versions[version] = directory_fingerprint(root / entry.name)
+        elif is_dir:
+            if entry.name != "__pycache__":
+                shared.update(f"d:{entry.name}\0{directory_fingerprint(root / entry.name)}\0"
+                              .encode("utf-8", "surrogateescape"))
+        else:
+            shared.update(_file_line(root / entry.name, entry.name))
+    return ModelSnapshot(int.from_bytes(shared.digest(), "big"), versions)
+
+
+def _file_line(path: Path, rel: str) -> bytes:
+    try:
+        st = path.stat()
+    except OSError:
+        return b""
+    # The later of mtime and ctime, as Triton's poller uses, so a file moved in with an
+    # old mtime still counts as changed.
+    changed_ns = max(st.st_mtime_ns, st.st_ctime_ns)
+    return f"f:{rel}\0{changed_ns}\0{st.st_size}\0".encode("utf-8", "surrogateescape")
+
+
 def directory_fingerprint(model_dir: Path) -> int:
     """A number that changes when any file under ``model_dir`` changes.
 
@@ -276,13 +349,5 @@ def directory_fingerprint(model_dir: Path) -> int:
         digest.update(f"d:{rel_dir}\0".encode("utf-8", "surrogateescape"))
         for filename in sorted(filenames):
             path = current / filename
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            changed_ns = max(st.st_mtime_ns, st.st_ctime_ns)
-            rel = path.relative_to(root).as_posix()
-            digest.update(
-                f"f:{rel}\0{changed_ns}\0{st.st_size}\0".encode("utf-8", "surrogateescape")
-            )
+            digest.update(_file_line(path, path.relative_to(root).as_posix()))
     return int.from_bytes(digest.digest(), "big")

@@ -1,11 +1,34 @@
-"""The repository manager: finds models, loads and unloads their versions, resolves lookups.
+"""The repository manager: which model versions are loaded, and model control.
 
-Threads: ``load_all``/``load``/``unload`` run on the thread that calls them (the server's
-start and stop, later the model-control API), loading several models at once on a pool of
-``model_load_thread_count`` threads owned and joined by ``load_all``. ``get`` runs on every
-request's thread. ``_lock`` guards writes to ``_models``; ``get`` reads it without the lock:
-``_models`` maps a name to a dict that is replaced, never mutated, so a reader sees either
-the old or the new versions, both complete.
+It finds the models of the repositories, loads and unloads their versions (at startup,
+through the load and unload API, when polling finds changes), keeps ensembles consistent
+with the models they use, and answers lookups. Model control follows Triton's model
+repository manager:
+
+- A model is keyed by ``(namespace, name)``. The namespace is the repository path with
+  model namespacing on, "" otherwise. Without namespacing, a name found in two
+  repositories is not loaded (its index row says why). With it, a bare name matching
+  several loaded models is ambiguous to a request, and an ensemble (or a BLS call) finds
+  a model in its own repository first.
+- A load is all-or-nothing per model: new versions load beside the serving ones and are
+  swapped in together once all are ready. If any fails, the new ones are discarded and
+  the serving versions stay, with the reason in the index. Replaced versions are then
+  unloaded: they stop admitting and finish their in-flight requests (``unload_timeout``).
+- Loading an unchanged model does nothing; a changed one reloads what changed (a version
+  folder: that version; anything else: every version). A config or file override always
+  reloads, and so does the next plain load after one.
+- Loading an ensemble first loads the models its steps use. Unloading a model first
+  unloads the ensembles using it (they load again when it comes back);
+  ``unload_dependents`` also unloads the steps of an unloaded ensemble that were loaded
+  only for it and nothing else uses.
+
+Threads: model control operations (``load_all``, ``load``, ``unload``, ``poll``,
+``unload_all``) are serialised by ``_control`` (re-entrant) and run on the caller's
+thread; ``load_all`` and ``poll`` also load models at once on a pool of
+``load_thread_count`` threads they own and join. ``_records`` belongs to the operation in
+progress (pool threads each touch their own model's record; ``_lock`` guards adding
+one). Lookups (``get``, ``ready_versions``, ``loaded``: the catalog's; ``index``) run on
+any thread and never wait for an operation (see catalog.py).
 """
 
 from __future__ import annotations
@@ -14,42 +37,58 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
-from threading import Lock
+from threading import Lock, RLock
 
 from tritonclient.grpc import model_config_pb2
 
-from .. import config as model_config
-from ..backends.base import Backend, ModelContext, backend_settings, get_backend
-from ..errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    TritonError,
-    UnavailableError,
-)
+from ..errors import InternalError, InvalidArgumentError, NotFoundError, TritonError
 from ..model import LoadedModel, ModelEnvironment
 from ..request import InferRequest
 from ..response import ResponseStream
+from .catalog import ModelCatalog, ModelKey, scoped_infer
 from .layout import (
+    DUPLICATE_MODEL_REASON,
+    ModelSnapshot,
     ModelSource,
-    list_versions,
-    no_version_reason,
-    scan_repositories,
-    select_versions,
-    version_dir,
+    check_model_name,
+    find_models,
+    snapshot_model,
 )
+from .loader import ModelLoader, PreparedModel
+from .overrides import OverrideDirectory
 from .states import ModelIndexEntry, ModelState, StateTable
 
-__all__ = ["RepositoryManager"]
+__all__ = ["ModelKey", "RepositoryManager"]
 
 logger = logging.getLogger(__name__)
 
-# The model file each backend looks for, to pick a backend when a config names none.
-_BACKEND_BY_FILE: tuple[tuple[str, str], ...] = (
-    ("model.py", "python"),
-    ("model.onnx", "onnxruntime"),
-    ("model.pt", "pytorch"),
-)
+_RELOAD_FAILED = "the reload failed, the previous version still serves: "
+
+
+@dataclass(slots=True)
+class _Record:
+    """What the manager remembers about one model (written by control operations)."""
+
+    source: ModelSource
+    explicit: bool = False  # asked for by name (not only loaded for an ensemble)
+    attempted: ModelSnapshot | None = None  # the folder at the last load attempt
+    loaded: ModelSnapshot | None = None  # the folder the serving versions came from
+    overridden: bool = False  # serving a load request's config or files
+    override: OverrideDirectory | None = None  # where file overrides were written
+    steps: tuple[ModelKey, ...] = ()  # an ensemble's step models, resolved at load
+    waiting: bool = False  # an ensemble unloaded because a step model went away
+
+
+class _Operation:
+    """One control operation's bookkeeping: each model tried once, and what changed."""
+
+    __slots__ = ("changed", "results")
+
+    def __init__(self) -> None:
+        self.results: dict[ModelKey, str | None] = {}  # None: loaded (or unchanged)
+        self.changed: set[ModelKey] = set()  # models whose serving versions were replaced
 
 
 class RepositoryManager:
@@ -65,281 +104,583 @@ class RepositoryManager:
         backend_configuration: Mapping[str, Mapping[str, str]] | None = None,
         load_thread_count: int = 4,
         environment: ModelEnvironment | None = None,
+        namespacing: bool = False,
+        load_retry_count: int = 0,
+        unload_timeout: float = 30.0,
     ) -> None:
         self._repositories = tuple(repositories)
         self._infer = infer
-        self._strict = strict_model_config
-        self._config_name = model_config_name or None
-        self._backend_configuration = dict(backend_configuration or {})
+        self._namespacing = namespacing
         self._load_thread_count = load_thread_count
-        self._environment = environment or ModelEnvironment()
+        self._unload_timeout = unload_timeout
+        self._loader = ModelLoader(
+            strict_model_config=strict_model_config, model_config_name=model_config_name,
+            backend_configuration=backend_configuration, environment=environment,
+            retry_count=load_retry_count)
+        self._control = RLock()
         self._lock = Lock()
-        self._models: dict[str, dict[int, LoadedModel]] = {}
-        self._sources: dict[str, ModelSource] = {}
+        self._catalog = ModelCatalog(namespacing)
+        # The lookups every request makes go straight to the catalog (no extra call).
+        self.get = self._catalog.get
+        self.ready_versions = self._catalog.ready_versions
+        self.loaded = self._catalog.loaded
+        self._sources: dict[ModelKey, ModelSource] = {}
+        self._duplicates: frozenset[str] = frozenset()
+        self._records: dict[ModelKey, _Record] = {}
         self.states = StateTable()
 
-    # -- lookups (hot path) ----------------------------------------------------------------
-    def get(self, name: str, version: int = -1) -> LoadedModel:
-        """The ready model version (``-1``: the highest ready version)."""
-        versions = self._models.get(name)
-        if versions:
-            if version < 0:
-                return versions[max(versions)]
-            found = versions.get(version)
-            if found is not None:
-                return found
-            raise NotFoundError(
-                f"Request for unknown model: '{name}' version {version} is not found"
-            )
-        if name in self._sources:
-            raise UnavailableError(
-                f"Request for unknown model: '{name}' has no available versions"
-            )
-        raise NotFoundError(f"Request for unknown model: '{name}' is not found")
-
-    def ready_versions(self, name: str) -> list[int]:
-        return sorted(self._models.get(name, ()))
-
-    def loaded(self) -> list[LoadedModel]:
-        return [m for versions in list(self._models.values()) for m in versions.values()]
-
+    # -- lookups -------------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
-        return self.states.index(ready_only=ready_only)
-
-    def sources(self) -> dict[str, ModelSource]:
-        return dict(self._sources)
-
-    # -- loading ---------------------------------------------------------------------------
-    def scan(self) -> dict[str, ModelSource]:
-        """Find the models of every repository; models in two repositories are UNAVAILABLE."""
-        found, problems = scan_repositories(self._repositories)
-        for name, reason in problems.items():
-            self.states.set(name, -1, ModelState.UNAVAILABLE, reason)
-        self._sources = found
-        return found
-
-    def load_all(self, names: Iterable[str] | None = None) -> dict[str, str]:
-        """Load the named models (all found when None), in parallel; return failures."""
-        sources = self.scan()
-        wanted = sorted(sources) if names is None else list(names)
-        # Ensembles need their steps loaded first: load the rest in parallel, then the
-        # ensembles one at a time, those that others use first.
-        ensembles: dict[str, list[str]] = {}
-        for name in wanted:
-            steps = _ensemble_steps(sources[name], self._config_name) if name in sources else None
-            if steps is not None:
-                ensembles[name] = steps
-        failures: dict[str, str] = {}
-        with ThreadPoolExecutor(
-            max_workers=self._load_thread_count, thread_name_prefix="infercore-load"
-        ) as pool:
-            futures = {name: pool.submit(self._load_logged, name) for name in wanted
-                       if name not in ensembles}
-            for name, future in futures.items():
-                reason = future.result()
-                if reason is not None:
-                    failures[name] = reason
-        for name in _dependency_order(ensembles):
-            reason = self._load_logged(name)
-            if reason is not None:
-                failures[name] = reason
-        return failures
-
-    def _describe(self, name: str, version: int) -> model_config_pb2.ModelConfig:
-        """A loaded model's config (ensemble steps); ``version`` <= 0: the latest."""
-        return self.get(name, version if version > 0 else -1).config
-
-    def _load_logged(self, name: str) -> str | None:
+        """Every model of the repositories (read now) and every model loaded, with the
+        state and reason of each version; models never loaded appear by name alone."""
+        rows = self.states.index()
         try:
-            self.load(name)
+            found = find_models(self._repositories)
+        except TritonError:
+            found = {}
+        duplicated = set() if self._namespacing else {n for n, s in found.items() if len(s) > 1}
+        entries = [e for e in rows if e.name in duplicated or e.version
+                   or e.reason != DUPLICATE_MODEL_REASON]  # a duplicate since resolved
+        recorded = {(e.namespace, e.name) for e in entries}
+        for name, sources in found.items():
+            if name in duplicated:
+                if ("", name) not in recorded:
+                    entries.append(ModelIndexEntry(name, "", ModelState.UNAVAILABLE,
+                                                   DUPLICATE_MODEL_REASON))
+                continue
+            for source in sources:
+                namespace = self._namespace(source)
+                if (namespace, name) not in recorded:
+                    entries.append(ModelIndexEntry(name, "", ModelState.UNKNOWN, "",
+                                                   name_only=True, namespace=namespace))
+        entries = [self._with_health(e) for e in entries]
+        if ready_only:
+            entries = [e for e in entries if e.state is ModelState.READY]
+        entries.sort(key=lambda e: (e.name, e.namespace, int(e.version or -1)))
+        return entries
+
+    def _with_health(self, entry: ModelIndexEntry) -> ModelIndexEntry:
+        """A READY version that reports itself degraded (e.g. instances on Ray down,
+        docs/ray.md) says why in its reason; one with every instance down is UNAVAILABLE
+        (it is loaded, but not ready) until one is back."""
+        if entry.state is not ModelState.READY or entry.reason or not entry.version:
+            return entry
+        model = self._catalog.models.get((entry.namespace, entry.name), {}).get(int(entry.version))
+        if model is None:
+            return entry
+        reason = model.health_reason
+        if not model.serving:
+            return replace(entry, state=ModelState.UNAVAILABLE, reason=reason)
+        return replace(entry, reason=reason) if reason else entry
+
+    # -- repository scan -------------------------------------------------------------------
+    def _namespace(self, source: ModelSource) -> str:
+        return str(source.repository) if self._namespacing else ""
+
+    def scan(self) -> dict[ModelKey, ModelSource]:
+        """Read the repositories; a name in two of them (without namespacing) is
+        UNAVAILABLE with Triton's reason and left out."""
+        with self._control:
+            sources: dict[ModelKey, ModelSource] = {}
+            duplicates: set[str] = set()
+            for name, found in find_models(self._repositories).items():
+                if self._namespacing or len(found) == 1:
+                    for source in found:
+                        sources[(self._namespace(source), name)] = source
+                else:
+                    duplicates.add(name)
+            for name in duplicates:
+                self.states.set(name, -1, ModelState.UNAVAILABLE, DUPLICATE_MODEL_REASON)
+            for name in self._duplicates - duplicates:
+                if self.states.get(name, -1) == (ModelState.UNAVAILABLE,
+                                                 DUPLICATE_MODEL_REASON):
+                    self.states.remove(name, -1)
+            with self._lock:
+                self._sources = sources
+                self._duplicates = frozenset(duplicates)
+            self._catalog.remember(duplicates | {name for _, name in sources})
+            return sources
+
+    def _keys_named(self, name: str) -> list[ModelKey]:
+        """The repository models called ``name``, for a load by name."""
+        check_model_name(name)
+        keys = sorted(key for key in self._sources if key[1] == name)
+        if keys:
+            return keys
+        reason = "failed to load '" + name + "', failed to poll from model repository"
+        if name in self._duplicates:
+            reason += f": model '{name}' is not unique across all model repositories"
+        raise InternalError(reason)
+
+    def _record(self, key: ModelKey, source: ModelSource) -> _Record:
+        record = self._records.get(key)
+        if record is None:
+            record = _Record(source)
+            with self._lock:
+                self._records[key] = record
+            self._catalog.remember([key[1]])
+        return record
+
+    # -- model control: loading ------------------------------------------------------------
+    def load_all(self, names: Iterable[str] | None = None) -> dict[str, str]:
+        """Load the named models (every model found when None); return name -> failure.
+
+        Models load in parallel; ensembles load after the models their steps use.
+        """
+        with self._control:
+            sources = self.scan()
+            failures: dict[str, str] = {}
+            if names is None:
+                keys = sorted(sources)
+                failures.update(dict.fromkeys(self._duplicates, DUPLICATE_MODEL_REASON))
+            else:
+                keys = []
+                for name in dict.fromkeys(names):
+                    try:
+                        keys += self._keys_named(name)
+                    except TritonError as exc:
+                        failures[name] = exc.message
+            for key in keys:
+                self._record(key, sources[key]).explicit = True
+            operation = _Operation()
+            self._load_keys(keys, operation)
+            self._settle(operation)
+            for key in keys:
+                reason = operation.results.get(key)
+                if reason:
+                    failures[key[1]] = reason
+            return failures
+
+    def load(self, name: str, config: model_config_pb2.ModelConfig | None = None,
+             files: Mapping[str, bytes] | None = None) -> None:
+        """Load (or reload) ``name`` as Triton's load API does; raises its load error.
+
+        ``config`` replaces the model's config.pbtxt for this load. ``files`` (paths
+        relative to the model folder -> contents) are written to a temporary model folder
+        that the model then loads from; they need ``config``.
+        """
+        with self._control:
+            check_model_name(name)
+            override = None
+            if files:
+                if config is None:
+                    raise InvalidArgumentError(
+                        f"failed to load '{name}', failed to poll from model repository: "
+                        "Load parameter 'config' must be specified for model file override")
+                override = OverrideDirectory(name, files)
+                keys = [self._override_key(name)]
+                sources = {keys[0]: override.source}
+            else:
+                sources = self.scan()
+                keys = self._keys_named(name)
+            operation = _Operation()
+            for key in keys:
+                self._record(key, sources[key]).explicit = True
+                self._load_key(key, operation, config=config, override=override,
+                               force=config is not None)
+            self._settle(operation)
+            reasons = [reason for key in keys if (reason := operation.results.get(key))]
+            if reasons:
+                raise InvalidArgumentError(
+                    f"load failed for model '{name}': " + "\n".join(reasons))
+
+    def _override_key(self, name: str) -> ModelKey:
+        loaded = [key for key in self._catalog.models if key[1] == name]
+        return loaded[0] if len(loaded) == 1 else ("", name)
+
+    def _load_keys(self, keys: Sequence[ModelKey], operation: _Operation,
+                   snapshots: Mapping[ModelKey, ModelSnapshot] | None = None) -> None:
+        """Load models in parallel, then ensembles, those that others use first."""
+        snapshots = snapshots or {}
+        ensembles: dict[ModelKey, list[str]] = {}
+        for key in keys:
+            steps = self._loader.ensemble_steps(self._sources.get(key,
+                                                                  self._records[key].source))
+            if steps is not None:
+                ensembles[key] = steps
+        plain = [key for key in keys if key not in ensembles]
+        if len(plain) > 1 and self._load_thread_count > 1:
+            with ThreadPoolExecutor(max_workers=self._load_thread_count,
+                                    thread_name_prefix="infercore-load") as pool:
+                for future in [pool.submit(self._load_key, key, operation,
+                                           snapshot=snapshots.get(key)) for key in plain]:
+                    future.result()
+        else:
+            for key in plain:
+                self._load_key(key, operation, snapshot=snapshots.get(key))
+        order = _dependency_order({key: [(key[0], s) for s in steps]
+                                   for key, steps in ensembles.items()})
+        for key in order:
+            self._load_key(key, operation, snapshot=snapshots.get(key))
+
+    def _load_key(self, key: ModelKey, operation: _Operation, *,
+                  config: model_config_pb2.ModelConfig | None = None,
+                  override: OverrideDirectory | None = None, force: bool = False,
+                  snapshot: ModelSnapshot | None = None,
+                  chain: tuple[ModelKey, ...] = ()) -> str | None:
+        """Load one model once per operation; returns why it failed, or None.
+
+        ``chain`` is the ensembles whose steps led here, to report a circular dependency.
+        """
+        if key in operation.results:
+            return operation.results[key]
+        if key in chain:
+            loop = chain[chain.index(key):] + (key,)
+            return "circular dependency between ensembles: " + " -> ".join(k[1] for k in loop)
+        try:
+            reason = self._load_model(key, operation, config, override, force, snapshot,
+                                      chain + (key,))
+        except Exception as exc:  # a bug or an unexpected file problem: report, don't crash
+            logger.exception("failed to load '%s'", key[1])
+            reason = f"failed to load '{key[1]}': {type(exc).__name__}: {exc}"
+        operation.results[key] = reason
+        return reason
+
+    def _load_model(self, key: ModelKey, operation: _Operation,
+                    config: model_config_pb2.ModelConfig | None,
+                    override: OverrideDirectory | None, force: bool,
+                    snapshot: ModelSnapshot | None,
+                    chain: tuple[ModelKey, ...]) -> str | None:
+        namespace, name = key
+        record = self._records[key]
+        if override is not None:
+            source, current = override.source, None
+        else:
+            found = self._sources.get(key)
+            if found is None:
+                return f"failed to load '{name}', failed to poll from model repository"
+            source = found
+            current = snapshot or snapshot_model(source.path)
+        live = self._catalog.models.get(key, {})
+        plain_reload = (config is None and override is None and not record.overridden
+                        and record.loaded is not None and current is not None and bool(live)
+                        and record.source.path == source.path)
+        changed: set[int] | None = None  # None: every version
+        if plain_reload and not force:
+            assert record.loaded is not None and current is not None
+            changed = record.loaded.changed_versions(current)
+            if not changed:
+                record.attempted = current
+                return None  # unchanged: keep serving as is
+        record.attempted = current
+        try:
+            prepared = self._loader.prepare(source, config)
+            steps = self._load_steps(key, prepared, operation, chain)
         except TritonError as exc:
-            return exc.message
+            return self._refuse(key, live, exc.message, override)
+        for version, reason in prepared.missing.items():
+            self.states.set(name, version, ModelState.UNAVAILABLE, reason, namespace=namespace)
+        self.states.remove(name, -1, namespace=namespace)
+        kept = {v: live[v] for v in prepared.versions
+                if changed is not None and v in live and v not in changed}
+        fresh = [v for v in prepared.versions if v not in kept]
+        for version in fresh:
+            if version not in live:
+                self.states.set(name, version, ModelState.LOADING, namespace=namespace)
+        loaded: dict[int, LoadedModel] = {}
+        errors: dict[int, str] = {}
+        for version in fresh:
+            try:
+                loaded[version] = self._loader.load_version(
+                    prepared, version, infer=self._infer_from(namespace),
+                    describe=self._describer(namespace))
+            except TritonError as exc:
+                errors[version] = exc.message
+                logger.error("failed to load '%s' version %d: %s", name, version, exc.message)
+        if errors:
+            return self._discard(key, fresh, live, loaded, errors, override)
+        versions = {**kept, **loaded}
+        self._catalog.publish(key, versions)
+        for version in versions:
+            self.states.set(name, version, ModelState.READY, namespace=namespace)
+        for version in loaded:
+            logger.info("successfully loaded '%s' version %d", name, version)
+        previous_override = record.override
+        record.source = source
+        record.loaded = current
+        record.overridden = config is not None or override is not None
+        record.override = override
+        record.steps = steps
+        record.waiting = False
+        operation.changed.add(key)
+        self._retire(key, {v: m for v, m in live.items() if versions.get(v) is not m},
+                     still_serving=set(versions))
+        if previous_override is not None and previous_override is not override:
+            previous_override.remove()
+        for version in self.states.versions(name, namespace=namespace):
+            if version >= 0 and version not in versions and version not in live \
+                    and version not in prepared.missing:
+                self.states.remove(name, version, namespace=namespace)  # no longer on disk
         return None
 
-    def load(self, name: str, config: model_config_pb2.ModelConfig | None = None) -> None:
-        """Load (or reload) every version of ``name`` its version policy selects.
+    def _load_steps(self, key: ModelKey, prepared: PreparedModel, operation: _Operation,
+                    chain: tuple[ModelKey, ...]) -> tuple[ModelKey, ...]:
+        """Load what an ensemble's steps use (Triton loads them with the ensemble)."""
+        steps: list[ModelKey] = []
+        for step in dict.fromkeys(prepared.steps):
+            step_key = self._resolve(key[0], step)
+            if step_key is None:
+                raise InvalidArgumentError(
+                    f"ensemble {key[1]} contains models that are not available or "
+                    f"ambiguous: {step}")
+            if step_key not in self._catalog.models:
+                self._record(step_key, self._sources[step_key])
+                reason = self._load_key(step_key, operation, chain=chain)
+                if reason is not None:
+                    raise InvalidArgumentError(
+                        f"ensemble '{key[1]}' depends on '{step}' which has no loaded "
+                        f"version. Model '{step}' loading failed with error: {reason}")
+            steps.append(step_key)
+        return tuple(steps)
 
-        ``config`` overrides the model's config.pbtxt (Triton's load with a config
-        override). Raises the load error; the states record it per version as well.
-        """
-        source = self._sources.get(name)
-        if source is None:
-            self.scan()
-            source = self._sources.get(name)
-            if source is None:
-                raise NotFoundError(f"failed to load '{name}', failed to poll from model "
-                                    "repository")
-        try:
-            config, backend, versions = self._prepare(source, config)
-        except TritonError as exc:
-            self.states.set(name, -1, ModelState.UNAVAILABLE, exc.message)
-            logger.error("failed to load %s: %s", name, exc.message)
-            raise
-        except Exception as exc:  # a bug or an unexpected file problem: report, don't crash
-            error = InvalidArgumentError(f"failed to load '{name}': {type(exc).__name__}: {exc}")
-            self.states.set(name, -1, ModelState.UNAVAILABLE, error.message)
-            logger.exception("failed to load %s", name)
-            raise error from exc
-        self.states.remove(name, -1)
-        loaded: dict[int, LoadedModel] = {}
-        first_error: TritonError | None = None
-        for version in versions:
-            self.states.set(name, version, ModelState.LOADING)
-            try:
-                model = self._load_version(source, config, backend, version)
-            except Exception as exc:
-                version_error: TritonError = exc if isinstance(exc, TritonError) else (
-                    InvalidArgumentError(f"failed to load '{name}' version {version}: "
-                                         f"{type(exc).__name__}: {exc}"))
-                reason = version_error.message
-                self.states.set(name, version, ModelState.UNAVAILABLE, reason)
-                logger.error("failed to load %s version %d: %s", name, version, reason)
-                first_error = first_error or version_error
-                continue
-            loaded[version] = model
-            self.states.set(name, version, ModelState.READY)
-            logger.info("successfully loaded '%s' version %d", name, version)
-        # A reload that loaded nothing keeps the previous versions serving.
-        previous: dict[int, LoadedModel] = {}
-        if loaded:
-            with self._lock:
-                previous = self._models.get(name, {})
-                self._models[name] = loaded
-        for version, old in previous.items():
-            if version not in loaded:
-                self.states.set(name, version, ModelState.UNAVAILABLE, "unloaded")
-            old.unload()
-        if first_error is not None:
-            raise first_error
+    def _resolve(self, namespace: str, name: str) -> ModelKey | None:
+        """The model a step of an ensemble in ``namespace`` means: the one of its own
+        repository, else the only one with that name."""
+        if (namespace, name) in self._sources or (namespace, name) in self._catalog.models:
+            return (namespace, name)
+        candidates = {key for key in [*self._sources, *self._catalog.models] if key[1] == name}
+        return candidates.pop() if len(candidates) == 1 else None
 
-    def _prepare(
-        self, source: ModelSource, override: model_config_pb2.ModelConfig | None = None
-    ) -> tuple[model_config_pb2.ModelConfig, Backend | None, list[int]]:
-        name = source.name
-        available = list_versions(source.path)
-        if override is not None:
-            config: model_config_pb2.ModelConfig | None = model_config_pb2.ModelConfig()
-            config.CopyFrom(override)  # type: ignore[union-attr]
+    def _refuse(self, key: ModelKey, live: Mapping[int, LoadedModel], message: str,
+                override: OverrideDirectory | None) -> str:
+        """Record a load that failed before any version loaded."""
+        namespace, name = key
+        logger.error("failed to load '%s': %s", name, message)
+        if live:
+            for version in live:
+                self.states.set(name, version, ModelState.READY, _RELOAD_FAILED + message,
+                                namespace=namespace)
         else:
-            config = model_config.read_model_config(
-                source.path, model_name=name, config_name=self._config_name
-            )
-        if config is None:
-            if self._strict:
-                raise InvalidArgumentError(
-                    f"failed to load '{name}': model configuration file config.pbtxt is "
-                    "missing and auto-complete is disabled (strict model config)"
-                )
-            config = model_config_pb2.ModelConfig(name=name)
-        backend_name = model_config.resolve_backend(config)
-        if not backend_name and config.platform != "ensemble":
-            backend_name = _backend_from_files(source.path, available)
-            if not backend_name:
-                raise InvalidArgumentError(
-                    f"failed to load '{name}': unable to determine the backend: the model "
-                    "configuration sets neither 'backend' nor 'platform', and no known "
-                    "model file was found"
-                )
-            config.backend = backend_name
-        backend = (None if config.platform == "ensemble" else get_backend(
-            backend_name, backend_settings(self._backend_configuration, backend_name)))
-        if backend is not None and not self._strict and available:
-            backend.auto_complete_config(config, source.path, version_dir(source.path,
-                                                                          max(available)))
-        model_config.normalize_model_config(config, model_name=name, gpu_count=0)
-        model_config.validate_model_config(
-            config, model_name=name,
-            backend_can_batch=backend.supports_batching if backend is not None else True,
-            gpu_count=0,
-        )
-        versions, problems = select_versions(available, config.version_policy, model_name=name)
-        for version, reason in problems.items():
-            self.states.set(name, version, ModelState.UNAVAILABLE, reason)
-        if not versions:
-            raise InvalidArgumentError(no_version_reason(name))
-        return config, backend, versions
+            for version in self.states.versions(name, namespace=namespace):
+                self.states.remove(name, version, namespace=namespace)
+            self.states.set(name, -1, ModelState.UNAVAILABLE, message, namespace=namespace)
+        if override is not None:
+            override.remove()
+        return message
 
-    def _load_version(
-        self,
-        source: ModelSource,
-        config: model_config_pb2.ModelConfig,
-        backend: Backend | None,
-        version: int,
-    ) -> LoadedModel:
-        version_config = model_config_pb2.ModelConfig()
-        version_config.CopyFrom(config)
-        context = ModelContext(
-            name=source.name,
-            version=version,
-            config=version_config,
-            model_dir=source.path,
-            version_dir=version_dir(source.path, version),
-            repository=source.repository,
-            backend_config=backend_settings(self._backend_configuration,
-                                            backend.name if backend is not None else ""),
-            infer=self._infer,
-        )
-        model = LoadedModel(context, backend, self._environment, describe=self._describe)
-        model.load()
-        return model
+    def _discard(self, key: ModelKey, fresh: Sequence[int],
+                 live: Mapping[int, LoadedModel], loaded: Mapping[int, LoadedModel],
+                 errors: Mapping[int, str], override: OverrideDirectory | None) -> str:
+        """A version failed: drop the new versions, keep the serving ones (Triton's
+        all-or-nothing load)."""
+        namespace, name = key
+        for model in loaded.values():
+            model.unload(self._unload_timeout)  # never served, nothing in flight
+        summary = "".join(f"version {v} is at UNAVAILABLE state: {reason};"
+                          for v, reason in sorted(errors.items()))
+        for version in fresh:
+            if version in live:
+                reason = _RELOAD_FAILED + errors.get(version, summary)
+                self.states.set(name, version, ModelState.READY, reason, namespace=namespace)
+            else:
+                self.states.set(name, version, ModelState.UNAVAILABLE,
+                                errors.get(version, summary), namespace=namespace)
+        if override is not None:
+            override.remove()
+        return summary
 
-    # -- unloading -------------------------------------------------------------------------
-    def unload(self, name: str, timeout: float = 30.0) -> None:
-        with self._lock:
-            versions = self._models.pop(name, None)
-        if versions is None:
-            if name not in self._sources:
-                raise NotFoundError(f"failed to unload '{name}', model is not loaded")
-            return
-        for version in versions:
-            self.states.set(name, version, ModelState.UNLOADING)
-        for version, model in versions.items():
-            model.unload(timeout)
-            self.states.set(name, version, ModelState.UNAVAILABLE, "unloaded")
+    def _infer_from(self, namespace: str) -> Callable[..., ResponseStream] | None:
+        """The infer function a model's BLS calls and ensemble steps use."""
+        if self._infer is None or not self._namespacing:
+            return self._infer
+        return scoped_infer(self._infer, namespace)
+
+    def _describer(self, namespace: str) -> Callable[[str, int], model_config_pb2.ModelConfig]:
+        """How an ensemble in ``namespace`` reads its step models' configs."""
+
+        def describe(name: str, version: int) -> model_config_pb2.ModelConfig:
+            key = self._resolve(namespace, name)
+            versions = self._catalog.models.get(key) if key is not None else None
+            if not versions:
+                raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+            if version > 0:
+                if version not in versions:
+                    raise NotFoundError(f"Request for unknown model: '{name}' version "
+                                        f"{version} is not found")
+                return versions[version].config
+            return versions[max(versions)].config
+
+        return describe
+
+    def _settle(self, operation: _Operation) -> None:
+        """After loads and unloads: ensembles using a replaced model check their wiring
+        against it again, and ensembles waiting for a model that is back load again."""
+        while True:
+            todo: dict[ModelKey, list[ModelKey]] = {}
+            for key, record in list(self._records.items()):
+                if key in operation.results or not record.steps:
+                    continue
+                if key in self._catalog.models and operation.changed.intersection(record.steps):
+                    todo[key] = list(record.steps)
+                elif record.waiting and all(s in self._catalog.models for s in record.steps):
+                    todo[key] = list(record.steps)
+            if not todo:
+                return
+            for key in _dependency_order(todo):
+                reason = self._load_key(key, operation, force=True)
+                if reason is not None and key in self._catalog.models:
+                    # The wiring no longer fits: Triton leaves such an ensemble unloaded.
+                    self._unload_keys([key], cascade=False, reason=reason)
+                    self._records[key].waiting = True
+
+    # -- model control: unloading ----------------------------------------------------------
+    def unload(self, name: str, timeout: float | None = None, *,
+               unload_dependents: bool = False) -> None:
+        """Unload every version of ``name`` once its in-flight requests finish.
+
+        Ensembles using it are unloaded first. With ``unload_dependents`` the models an
+        unloaded ensemble's steps use go too, unless loaded by name or used elsewhere.
+        Unloading a model that is not loaded does nothing, as in Triton.
+        """
+        with self._control:
+            check_model_name(name)
+            for key, record in self._records.items():
+                if key[1] == name:
+                    record.explicit = False
+                    record.waiting = False
+            keys = [key for key in self._catalog.models if key[1] == name]
+            if keys:
+                self._unload_keys(keys, cascade=unload_dependents, timeout=timeout)
+
+    def _unload_keys(self, keys: Iterable[ModelKey], *, cascade: bool,
+                     timeout: float | None = None, reason: str = "unloaded") -> None:
+        targets = set(keys)
+        users = self._users_of(targets)
+        # Ensembles using the models go first, so their in-flight requests can finish.
+        for key in reversed(_dependency_order({k: list(self._records[k].steps)
+                                               for k in users})):
+            record = self._records[key]
+            gone = ", ".join(step[1] for step in record.steps if step in targets | users)
+            # "unloaded" first, as Triton reports a forced unload (readiness ignores it).
+            self._unload_model(key, f"unloaded: ensemble {key[1]} contains models that are "
+                               f"not available or ambiguous: {gone}", timeout)
+            record.waiting = True
+        for key in reversed(_dependency_order({k: list(self._records[k].steps)
+                                               for k in targets})):
+            self._unload_model(key, reason, timeout)
+        if cascade:
+            steps = {step for key in targets for step in self._records[key].steps}
+            for step in sorted(steps):
+                step_record = self._records.get(step)
+                used = any(step in r.steps for k, r in self._records.items()
+                           if k in self._catalog.models)
+                if step in self._catalog.models and step_record is not None \
+                        and not step_record.explicit and not used:
+                    self._unload_keys([step], cascade=True, timeout=timeout)
+
+    def _users_of(self, keys: set[ModelKey]) -> set[ModelKey]:
+        """Loaded ensembles that use any of ``keys``, directly or through others."""
+        users: set[ModelKey] = set()
+        frontier = set(keys)
+        while frontier:
+            found = {k for k, r in self._records.items()
+                     if k in self._catalog.models and k not in users and k not in keys
+                     and frontier.intersection(r.steps)}
+            users |= found
+            frontier = found
+        return users
+
+    def _unload_model(self, key: ModelKey, reason: str, timeout: float | None = None) -> None:
+        versions = self._catalog.models.get(key)
+        record = self._records.get(key)
+        if versions:
+            self._catalog.publish(key, None)
+            self._retire(key, versions, still_serving=set(), reason=reason, timeout=timeout)
+        if record is not None:
+            record.loaded = None
+            record.overridden = False
+            if record.override is not None:
+                record.override.remove()
+                record.override = None
+
+    def _retire(self, key: ModelKey, models: Mapping[int, LoadedModel], *,
+                still_serving: set[int], reason: str = "unloaded",
+                timeout: float | None = None) -> None:
+        """Unload versions no longer published: each drains its in-flight requests."""
+        namespace, name = key
+        timeout = self._unload_timeout if timeout is None else timeout
+        for version in models:
+            if version not in still_serving:
+                self.states.set(name, version, ModelState.UNLOADING, namespace=namespace)
+        deadline = time.monotonic() + timeout
+        for version, model in models.items():
+            model.unload(max(0.0, deadline - time.monotonic()))
+            if version not in still_serving:
+                self.states.set(name, version, ModelState.UNAVAILABLE, reason,
+                                namespace=namespace)
+                logger.info("successfully unloaded '%s' version %d", name, version)
 
     def unload_all(self, timeout: float = 30.0) -> None:
         """Unload every model; in-flight requests get until ``timeout`` seconds in total."""
-        deadline = time.monotonic() + timeout
-        for name in list(self._models):
-            self.unload(name, max(0.0, deadline - time.monotonic()))
+        with self._control:
+            deadline = time.monotonic() + timeout
+            order = _dependency_order({k: list(self._records[k].steps) if k in self._records
+                                       else [] for k in self._catalog.models})
+            for key in reversed(order):
+                self._unload_model(key, "unloaded", max(0.0, deadline - time.monotonic()))
+            for record in self._records.values():
+                if record.override is not None:
+                    record.override.remove()
+                    record.override = None
+
+    # -- model control: polling ------------------------------------------------------------
+    def poll(self) -> dict[str, str]:
+        """Apply what changed in the repositories since the last look (POLL mode).
+
+        New models load, removed ones unload (after their in-flight requests), changed
+        ones reload what changed; a failed reload keeps the serving versions. A model
+        whose load failed is tried again when its folder changes. Returns name -> failure.
+        """
+        with self._control:
+            try:
+                sources = self.scan()
+            except TritonError as exc:
+                logger.error("failed to poll the model repository: %s", exc.message)
+                return {}
+            gone = [key for key, record in self._records.items()
+                    if key not in sources and record.override is None]
+            self._unload_keys([key for key in gone if key in self._catalog.models], cascade=False)
+            for key in gone:
+                self._forget(key)
+            operation = _Operation()
+            changed: dict[ModelKey, ModelSnapshot] = {}
+            for key, source in sources.items():
+                current = snapshot_model(source.path)
+                record = self._records.get(key)
+                if record is None or record.attempted != current:
+                    changed[key] = current
+                    self._record(key, source).explicit = True
+            self._load_keys(sorted(changed), operation, snapshots=changed)
+            self._settle(operation)
+            return {key[1]: reason for key, reason in operation.results.items() if reason}
+
+    def _forget(self, key: ModelKey) -> None:
+        """Drop a model whose folder is gone, keeping a duplicate-name row."""
+        namespace, name = key
+        for version in self.states.versions(name, namespace=namespace):
+            if version >= 0 or name not in self._duplicates:
+                self.states.remove(name, version, namespace=namespace)
+        with self._lock:
+            self._records.pop(key, None)
 
 
-def _ensemble_steps(source: ModelSource, config_name: str | None) -> list[str] | None:
-    """The step model names of an ensemble's config, or None for any other model."""
-    try:
-        config = model_config.read_model_config(source.path, model_name=source.name,
-                                                config_name=config_name)
-    except TritonError:
-        return None  # reported when the model itself is loaded
-    if config is None or config.platform != "ensemble":
-        return None
-    return [step.model_name for step in config.ensemble_scheduling.step]
+def _dependency_order(steps: Mapping[ModelKey, Sequence[ModelKey]]) -> list[ModelKey]:
+    """The keys of ``steps`` ordered so that a model comes after the ones it uses."""
+    ordered: list[ModelKey] = []
+    placed: set[ModelKey] = set()
+    visiting: set[ModelKey] = set()
 
-
-def _dependency_order(ensembles: Mapping[str, list[str]]) -> list[str]:
-    """Ensembles ordered so that one used as a step loads before the ensembles using it."""
-    ordered: list[str] = []
-    visiting: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in ordered or name in visiting:
-            return  # a cycle is reported by the ensemble's own validation
-        visiting.add(name)
-        for step in ensembles.get(name, []):
-            if step in ensembles:
+    def visit(key: ModelKey) -> None:
+        if key in placed or key in visiting:
+            return  # a cycle is reported when the ensemble loads
+        visiting.add(key)
+        for step in steps.get(key, ()):
+            if step in steps:
                 visit(step)
-        visiting.discard(name)
-        ordered.append(name)
+        visiting.discard(key)
+        placed.add(key)
+        ordered.append(key)
 
-    for name in sorted(ensembles):
-        visit(name)
+    for key in sorted(steps):
+        visit(key)
     return ordered
-
-
-def _backend_from_files(model_dir: Path, versions: Sequence[int]) -> str:
-    for version in sorted(versions, reverse=True):
-        folder = version_dir(model_dir, version)
-        for filename, backend in _BACKEND_BY_FILE:
-            if (folder / filename).exists():
-                return backend
-    return ""
