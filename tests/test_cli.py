@@ -1,20 +1,297 @@
-"""The command line: the startup table, and `infercore serve` as a real process."""
+"""The command line: every tritonserver flag, its usage errors, the startup tables, and
+``infercore serve`` as a real process."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from infercore.cli import build_parser, examples_repository, format_table, options_from_args
+from infercore import Options, Server, cli
+from infercore.cli import (
+    build_parser,
+    deprecation_warnings,
+    examples_repository,
+    normalize_argv,
+    options_from_args,
+    serve_extras,
+)
+from infercore.errors import InvalidArgumentError
+from infercore.frontends import grpc as grpc_frontend
+from infercore.frontends import http as http_frontend
+from infercore.frontends import metrics as metrics_frontend
+from infercore.frontends.restricted import Restriction
+from infercore.launch import ServeExtras, format_table, model_table, options_table
+from infercore.options import ModelControlMode, RateLimitMode
+from infercore.repository.states import ModelIndexEntry, ModelState
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def parse(*flags: str):
+    return build_parser().parse_args(["serve", *flags])
+
+
+def options(*flags: str) -> Options:
+    return options_from_args(parse(*flags))
+
+
+# -- flags -> Options ------------------------------------------------------------------------
+def test_serve_defaults_are_tritonservers():
+    opts = options()
+    assert opts.repositories == (examples_repository(),)
+    assert (examples_repository() / "add_sub" / "config.pbtxt").is_file()
+    assert (opts.server_id, opts.model_control_mode, opts.exit_timeout) == (
+        "triton", ModelControlMode.NONE, 30)
+    assert opts.strict_readiness and opts.exit_on_error and not opts.strict_model_config
+    assert (opts.model_load_thread_count, opts.model_load_retry_count) == (4, 0)
+    assert opts.repository_poll_secs == 15.0 and not opts.model_namespacing
+    assert opts.cache_config == {} and opts.rate_limiter_mode is RateLimitMode.OFF
+    assert (opts.log_verbose, opts.log_info, opts.log_warn, opts.log_error) == (0, True, True,
+                                                                                 True)
+
+
+# (flags, Options attribute, expected value): each flag in both spellings tritonserver takes
+FLAG_TABLE = [
+    (["--model-repository=/a", "--model-store", "/b", "--model-repository=/a"],
+     "repositories", (Path("/a"), Path("/b"))),
+    (["--id=edge-1"], "server_id", "edge-1"),
+    (["--exit-timeout-secs", "7"], "exit_timeout", 7),
+    (["--exit-timeout-secs=-3"], "exit_timeout", 0),
+    (["--model-control-mode=EXPLICIT"], "model_control_mode", ModelControlMode.EXPLICIT),
+    (["--model-control-mode", "poll"], "model_control_mode", ModelControlMode.POLL),
+    (["--load-model=a", "--load-model", "b", "--load-model=a"], "startup_models", ("a", "b")),
+    (["--load-model=*"], "startup_models", ("*",)),
+    (["--repository-poll-secs=2"], "repository_poll_secs", 2.0),
+    (["--strict-model-config=true"], "strict_model_config", True),
+    (["--disable-auto-complete-config"], "strict_model_config", True),
+    (["--strict-model-config=false", "--disable-auto-complete-config"],
+     "strict_model_config", True),
+    (["--model-config-name=h100"], "model_config_name", "h100"),
+    (["--strict-readiness=false"], "strict_readiness", False),
+    (["--strict-readiness", "OFF"], "strict_readiness", False),
+    (["--exit-on-error=0"], "exit_on_error", False),
+    (["--model-load-thread-count=2"], "model_load_thread_count", 2),
+    (["--model-load-retry-count", "3"], "model_load_retry_count", 3),
+    (["--model-namespacing=true"], "model_namespacing", True),
+    (["--log-verbose=2"], "log_verbose", 2),
+    (["--log-verbose=true"], "log_verbose", 1),
+    (["--log-info=false"], "log_info", False),
+    (["--log-warning", "false"], "log_warn", False),
+    (["--log-error=off"], "log_error", False),
+    (["--log-format=ISO8601"], "log_format", "ISO8601"),
+    (["--log-file=/tmp/infercore.log"], "log_file", "/tmp/infercore.log"),
+    (["--rate-limit=EXECUTION_COUNT"], "rate_limiter_mode", RateLimitMode.EXEC_COUNT),
+    (["--cache-config=local,size=1048576"], "cache_config", {"local": {"size": "1048576"}}),
+    (["--cache-config", "local,size=10", "--cache-config=redis,host=h"], "cache_config",
+     {"local": {"size": "10"}, "redis": {"host": "h"}}),
+    (["--response-cache-byte-size=4096"], "cache_config", {"local": {"size": "4096"}}),
+    (["--backend-config=python,shm-default-byte-size=1024", "--backend-config=x=1"],
+     "backend_configuration", {"python": {"shm-default-byte-size": "1024"}, "": {"x": "1"}}),
+    (["--host-policy=pinned,cpu-cores=0-1", "--host-policy", "pinned,numa-node=0"],
+     "host_policies", {"pinned": {"cpu-cores": "0-1", "numa-node": "0"}}),
+    (["--allow-metrics=false"], "metrics", False),
+    (["--allow-cpu-metrics=false"], "cpu_metrics", False),
+    (["--metrics-interval-ms=500"], "metrics_interval", 500),
+]
+
+
+@pytest.mark.parametrize("flags, attribute, expected", FLAG_TABLE,
+                         ids=[" ".join(f) for f, _, _ in FLAG_TABLE])
+def test_each_flag_reaches_its_option(flags, attribute, expected):
+    assert getattr(options(*flags), attribute) == expected
+
+
+def test_rate_limit_resources():
+    opts = options("--rate-limit-resource=R:4", "--rate-limit-resource", "G:2:1")
+    assert [(r.name, r.count, r.device) for r in opts.rate_limiter_resources] == [
+        ("R", 4, -1), ("G", 2, 1)]
+
+
+def test_trace_flags_and_their_deprecated_spellings():
+    trace = options("--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=10",
+                    "--trace-config", "triton,file=/tmp/trace.json").trace_config
+    assert (trace.level, trace.rate, trace.file) == (("TIMESTAMPS",), 10, "/tmp/trace.json")
+    old = options("--trace-file=/tmp/t.json", "--trace-level=max", "--trace-rate=5",
+                  "--trace-count=9", "--trace-log-frequency=3").trace_config
+    assert (old.level, old.rate, old.count, old.file, old.log_frequency) == (
+        ("TIMESTAMPS",), 5, 9, "/tmp/t.json", 3)
+    # --trace-config wins over the deprecated flags, as in tritonserver
+    assert options("--trace-rate=5", "--trace-config=rate=7").trace_config.rate == 7
+
+
+def test_deprecated_flags_warn_as_tritonserver():
+    warnings = deprecation_warnings(parse("--strict-model-config=false",
+                                          "--disable-auto-complete-config",
+                                          "--response-cache-byte-size=8", "--trace-rate=1"))
+    assert warnings[0].startswith("Warning: '--strict-model-config' has been deprecated!")
+    assert "Overriding deprecated '--strict-model-config' from False to True" in warnings[1]
+    assert "'--cache-config=local,size=8'" in warnings[2]
+    assert warnings[3].startswith("Warning: '--trace-rate' has been deprecated")
+    assert deprecation_warnings(parse()) == []
+
+
+def test_gpu_flags_are_accepted_and_only_shown():
+    args = parse("--pinned-memory-pool-byte-size=1024", "--cuda-memory-pool-byte-size=0:64",
+                 "--cuda-memory-pool-byte-size", "1:128", "--min-supported-compute-capability=7.5",
+                 "--cuda-virtual-address-size=0:1024", "--buffer-manager-thread-count=2",
+                 "--model-load-gpu-limit=0:0.5", "--cache-directory=/opt/caches",
+                 "--repoagent-directory=/opt/agents", "--allow-gpu-metrics=false",
+                 "--grpc-infer-allocation-pool-size=8")
+    assert serve_extras(args) == ServeExtras(1024, ((0, 64), (1, 128)), 7.5)
+    options_from_args(args)  # none of them is an error
+
+
+def test_frontend_flags_reach_the_frontends():
+    args = parse("--allow-http=false", "--grpc-port=9001", "--grpc-address=127.0.0.1",
+                 "--http-restricted-api=model-repository,logging:admin=secret",
+                 "--grpc-restricted-protocol=inference:infer=k1",
+                 "--grpc-restricted-protocol", "health:probe=k2",
+                 "--http-header-forward-pattern=^x-", "--grpc-header-forward-pattern=^y-")
+    server = Server(model_repository=REPO_ROOT / "examples" / "models")
+    assert http_frontend.from_args(server, args) is None
+    grpc = grpc_frontend.from_args(server, args)
+    assert (grpc.options.port, grpc.options.address) == (9001, "127.0.0.1")
+    assert grpc.options.header_forward_pattern == "^y-"
+    restricted = grpc.options.restricted
+    assert restricted.get("inference") == Restriction("triton-grpc-protocol-infer", "k1")
+    assert restricted.get("health") == Restriction("triton-grpc-protocol-probe", "k2")
+    assert restricted.get("model-repository") is None
+    http_args = parse("--http-restricted-api=model-repository,logging:admin=secret",
+                      "--http-port=0", "--http-thread-count=2")
+    http = http_frontend.from_args(server, http_args)
+    assert http.options.restricted.categories() == ("model-repository", "logging")
+    assert http.options.restricted.get("logging") == Restriction("admin", "secret")
+    assert http.options.thread_count == 2
+
+
+def test_metrics_address_defaults_to_the_http_address():
+    server = Server(model_repository=REPO_ROOT / "examples" / "models")
+    frontend = metrics_frontend.from_args(server, parse("--http-address=127.0.0.1"))
+    assert frontend.address == "127.0.0.1"
+    frontend = metrics_frontend.from_args(server, parse("--metrics-address=0.0.0.0",
+                                                        "--http-address=127.0.0.1"))
+    assert frontend.address == "0.0.0.0"
+
+
+# -- usage errors ----------------------------------------------------------------------------
+USAGE_ERRORS = [
+    (["serve", "--nope"], "unrecognized option '--nope'"),
+    (["serve", "--model-repositry=/m"], "unrecognized option '--model-repositry=/m'"),
+    (["serve", "stray"], "Unexpected argument: stray"),
+    (["serve", "--http-port"], "option '--http-port' requires an argument"),
+    (["serve", "--disable-auto-complete-config=true"], "doesn't allow an argument"),
+    (["serve", "--exit-on-error=maybe"],
+     'Bad option: "--exit-on-error".\ninvalid value for bool option: maybe'),
+    (["serve", "--exit-timeout-secs=soon"], "Invalid option value. Got soon"),
+    (["serve", "--model-control-mode=sometimes"], "invalid argument for --model-control-mode"),
+    (["serve", "--rate-limit=sometimes"], "invalid argument for --rate-limit"),
+    (["serve", "--log-format=json"], "invalid argument for --log-format"),
+    (["serve", "--rate-limit-resource=R"], "--rate-limit-resource option format is"),
+    (["serve", "--rate-limit-resource=R:x"], "Invalid option value. Got x"),
+    (["serve", "--host-policy=pinned"], "--host-policy option format is"),
+    (["serve", "--cache-config=size=1"], "No cache name specified."),
+    (["serve", "--cache-config=local,size"], "--cache-config option format is"),
+    (["serve", "--backend-config=novalue"], "--backend-config option format is"),
+    (["serve", "--trace-level=loud"], "invalid value for trace level option: loud"),
+    (["serve", "--cuda-memory-pool-byte-size=64"], "requires format <first>:<second>"),
+    (["serve", "--http-port=70000"], "port must be in [0, 65535]"),
+    (["serve", "--http-restricted-api=health"],
+     "--http-restricted-api option format is '<categories>:<key>=<value>'"),
+    (["serve", "--http-restricted-api=healthy:k=v"], "unknown restricted api 'healthy'"),
+    (["serve", "--grpc-restricted-protocol=model-reposit,health:k1=v1"],
+     "unknown restricted protocol 'model-reposit'"),
+    (["serve", "--grpc-restricted-protocol=model-repository,health:k1=v1",
+      "--grpc-restricted-protocol=metadata,health:k2=v2"],
+     "restricted protocol 'health' can not be specified in multiple config groups"),
+    ([], "the following arguments are required"),
+]
+
+
+@pytest.mark.parametrize("argv, message", USAGE_ERRORS, ids=[" ".join(a) for a, _ in
+                                                             USAGE_ERRORS])
+def test_bad_command_lines_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 1  # tritonserver's status for a bad command line
+    err = capsys.readouterr().err
+    assert "usage:" in err and message in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--cache-config=local,size=1", "--response-cache-byte-size=5"],
+     "Incompatible flags --response-cache-byte-size and --cache-config both provided"),
+    (["--load-model=*", "--load-model=a"], "Wildcard model name '*' must be the ONLY"),
+    (["--http-port=8000", "--grpc-port=8000"],
+     "cannot listen to HTTP requests and GRPC requests at the same address and port"),
+    (["--metrics-port=8000", "--http-port=8000"], "HTTP requests and metrics requests"),
+    (["--repository-poll-secs=-1"], "--repository-poll-secs must be >= 0"),
+    (["--model-load-thread-count=0"], "model_load_thread_count must be >= 1"),
+])
+def test_inconsistent_flags_are_refused(flags, message):
+    with pytest.raises(InvalidArgumentError, match=message.replace("*", r"\*")):
+        options(*flags)
+
+
+def test_inconsistent_flags_are_usage_errors_from_main(capsys):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["serve", "--load-model=*", "--load-model=a"])
+    assert caught.value.code == 1
+    assert "Wildcard model name '*'" in capsys.readouterr().err
+
+
+def test_help_is_grouped_as_tritonservers(capsys):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["serve", "--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    groups = ["Server:", "Logging:", "Model Repository:", "HTTP:", "GRPC:", "Metrics:",
+              "Tracing:", "Backend:", "Response Cache:", "Rate Limiter:",
+              "Memory/Device Management:", "DEPRECATED:"]
+    positions = [out.index(group) for group in groups]
+    assert positions == sorted(positions)
+    for flag in ("--http-restricted-api", "--grpc-restricted-protocol", "--cache-config",
+                 "--repository-poll-secs", "--model-namespacing"):
+        assert flag in out
+
+
+# -- the entry point -------------------------------------------------------------------------
+def test_a_command_line_starting_with_a_flag_is_serve():
+    assert normalize_argv(["--model-repository=/m"]) == ["serve", "--model-repository=/m"]
+    assert normalize_argv(["serve", "--id=x"]) == ["serve", "--id=x"]
+    assert normalize_argv(["--help"]) == ["--help"]
+    assert normalize_argv([]) == []
+
+
+def test_main_builds_options_warns_and_serves(monkeypatch, capsys, caplog, tmp_path):
+    served = {}
+
+    def fake_serve(opts, args, *, frontend_modules, extras):
+        served.update(options=opts, extras=extras, modules=list(frontend_modules))
+        return 0
+
+    monkeypatch.setattr(cli, "_serve", fake_serve)
+    status = cli.main([f"--model-repository={tmp_path}", "--strict-model-config=true",
+                       f"--backend-directory={tmp_path / 'no-such-folder'}",
+                       "--pinned-memory-pool-byte-size=64"])
+    assert status == 0
+    assert served["options"].repositories == (tmp_path,)
+    assert served["options"].strict_model_config
+    assert served["extras"].pinned_memory_pool_byte_size == 64
+    assert [m.__name__.rsplit(".", 1)[1] for m in served["modules"]] == [
+        "http", "grpc", "metrics"]
+    err = capsys.readouterr().err
+    assert "'--strict-model-config' has been deprecated" in err
+    # tritonserver checks a backend folder only when a model needs it: a warning, no error
+    assert "no-such-folder' does not exist" in caplog.text
+
+
+# -- the startup tables ----------------------------------------------------------------------
 def test_format_table_frames_rows_like_triton():
     table = format_table(["Model", "Version", "Status"], [["add_sub", "1", "READY"]])
     assert table.splitlines() == [
@@ -26,36 +303,44 @@ def test_format_table_frames_rows_like_triton():
     ]
 
 
-def test_serve_defaults_to_the_bundled_examples():
-    options = options_from_args(build_parser().parse_args(["serve"]))
-    assert options.repositories == (examples_repository(),)
-    assert (examples_repository() / "add_sub" / "config.pbtxt").is_file()
-
-
-def test_flags_map_to_options():
-    args = build_parser().parse_args([
-        "serve", "--model-repository=/a", "--model-repository", "/b",
-        "--strict-model-config=true", "--exit-on-error=false", "--exit-timeout-secs=5",
-        "--model-control-mode=explicit", "--load-model=x",
+def test_model_table_lists_loaded_versions_with_reasons():
+    table = model_table([
+        ModelIndexEntry("add_sub", "1", ModelState.READY, ""),
+        ModelIndexEntry("broken", "1", ModelState.UNAVAILABLE, "no module named x"),
+        ModelIndexEntry("spare", "", ModelState.UNKNOWN, "", name_only=True),
     ])
-    options = options_from_args(args)
-    assert [str(p) for p in options.repositories] == ["/a", "/b"]
-    assert options.strict_model_config and not options.exit_on_error
-    assert options.exit_timeout == 5 and options.startup_models == ("x",)
+    assert "| add_sub | 1       | READY                          |" in table
+    assert "| broken  | 1       | UNAVAILABLE: no module named x |" in table
+    assert "spare" not in table  # never loaded: Triton leaves it out
 
 
-@pytest.mark.parametrize("argv", [["serve", "--exit-on-error=maybe"], ["serve", "--nope"], []])
-def test_malformed_flags_exit_with_usage(argv, capsys):
-    with pytest.raises(SystemExit) as caught:
-        build_parser().parse_args(argv)
-    assert caught.value.code == 2
-    assert "usage:" in capsys.readouterr().err
+def test_options_table_rows_in_tritonservers_order():
+    opts = options("--model-repository=/a", "--model-repository=/b", "--id=t1",
+                   "--model-control-mode=explicit", "--load-model=m", "--strict-readiness=0",
+                   "--exit-timeout-secs=9", "--rate-limit=execution_count",
+                   "--rate-limit-resource=R:4", "--cache-config=local,size=64")
+    table = options_table(opts, ServeExtras(cuda_memory_pool_byte_size=((0, 64),),
+                                            extensions=("classification", "sequence")))
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("|")]
+    assert rows == [
+        ["Option", "Value"], ["server_id", "t1"], ["server_version", rows[2][1]],
+        ["server_extensions", "classification sequence"],
+        ["model_repository_path[0]", "/a"], ["model_repository_path[1]", "/b"],
+        ["model_control_mode", "MODE_EXPLICIT"], ["startup_models_0", "m"],
+        ["strict_model_config", "0"], ["model_config_name", ""], ["rate_limit", "EXEC_COUNT"],
+        ["rate_limit_resource[0]", "R:4:-1"], ["pinned_memory_pool_byte_size", "268435456"],
+        ["cuda_memory_pool_byte_size{0}", "64"], ["min_supported_compute_capability", "0.0"],
+        ["strict_readiness", "0"], ["exit_timeout", "9"], ["cache_enabled", "1"],
+    ]
 
 
+# -- as a process ----------------------------------------------------------------------------
 def _serve(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "infercore", "serve", *args],
+        [sys.executable, "-m", "infercore", "serve", "--http-port=0", "--grpc-port=0",
+         "--metrics-port=0", *args],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=REPO_ROOT,
     )
 
@@ -69,13 +354,13 @@ def _read_until(process: subprocess.Popen, marker: str) -> str:
     raise AssertionError("server exited before printing " + repr(marker) + ":\n" + "".join(seen))
 
 
-def test_serve_prints_the_model_table_and_stops_on_sigterm():
+def test_serve_prints_the_tables_and_stops_on_sigterm():
     process = _serve()
     try:
         output = _read_until(process, "press Ctrl-C to stop")
         for model in ("add_sub", "identity_bytes", "row_sum"):
             assert f"| {model}" in output
-        assert "READY" in output
+        assert "READY" in output and "| model_control_mode " in output
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
@@ -97,51 +382,21 @@ def test_serve_exits_nonzero_when_a_model_fails_to_load(tmp_path):
     assert "| broken" in err and "UNAVAILABLE" in err and "nonsense" in err
 
 
-def test_rate_limit_and_host_policy_flags():
-    options = options_from_args(build_parser().parse_args([
-        "serve", "--rate-limit=execution_count", "--rate-limit-resource=R:4",
-        "--rate-limit-resource", "G:2:1", "--host-policy=pinned,cpu-cores=0-1",
-        "--host-policy", "pinned,numa-node=0",
-    ]))
-    assert options.rate_limiter_mode.value == "execution_count"
-    assert [(r.name, r.count, r.device) for r in options.rate_limiter_resources] == [
-        ("R", 4, -1), ("G", 2, 1)]
-    assert options.host_policies == {"pinned": {"cpu-cores": "0-1", "numa-node": "0"}}
+def test_serve_exits_nonzero_when_a_port_is_taken():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = _serve("--http-address=127.0.0.1", f"--http-port={port}")
+        try:
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 1
+    assert "failed to start a frontend" in err and "address already in use" in err
 
 
-@pytest.mark.parametrize("flag", ["--rate-limit-resource=R", "--rate-limit-resource=R:x",
-                                  "--host-policy=pinned", "--rate-limit=sometimes"])
-def test_malformed_rate_limit_and_host_policy_flags_exit_with_usage(flag, capsys):
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", flag])
-    assert "usage:" in capsys.readouterr().err
-
-
-def test_backend_config_flags():
-    options = options_from_args(build_parser().parse_args([
-        "serve", "--backend-config=onnxruntime,default-max-batch-size=8",
-        "--backend-config", "python,shm-default-byte-size=1024", "--backend-config=x=1"]))
-    assert options.backend_configuration == {
-        "onnxruntime": {"default-max-batch-size": "8"},
-        "python": {"shm-default-byte-size": "1024"}, "": {"x": "1"}}
-
-
-def test_bad_backend_flags_exit_with_usage(tmp_path, capsys):
-    from infercore.cli import main
-
-    for argv in (["serve", "--backend-config=novalue"],
-                 ["serve", f"--backend-directory={tmp_path / 'missing'}"]):
-        with pytest.raises(SystemExit) as caught:
-            main(argv)
-        assert caught.value.code == 2
-        assert "usage:" in capsys.readouterr().err
-
-
-def test_metrics_and_trace_flags_reach_the_options():
-    options = options_from_args(build_parser().parse_args([
-        "serve", "--allow-metrics=false", "--metrics-interval-ms=500",
-        "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=10",
-        "--trace-config", "triton,file=/tmp/trace.json"]))
-    assert options.metrics is False and options.metrics_interval == 500
-    trace = options.trace_config
-    assert (trace.level, trace.rate, trace.file) == (("TIMESTAMPS",), 10, "/tmp/trace.json")
+def test_ray_address_reaches_the_options() -> None:
+    assert options_from_args(parse("--ray-address=auto")).ray_address == "auto"
+    assert options_from_args(parse()).ray_address == ""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from .grpc_infer import InferService
 from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
 from .grpc_stream import StreamSession
 from .loop_thread import LoopThreadFrontend
+from .restricted import GrpcRestrictionAction, RestrictedFeatures, guard_grpc
 from .shm import SystemSharedMemory, registry_for
 
 __all__ = ["GrpcFrontend", "GrpcOptions", "add_arguments", "from_args"]
@@ -78,6 +79,8 @@ class GrpcOptions:
     max_connection_age_ms: int = 0  # 0: unlimited
     max_connection_age_grace_ms: int = 0  # 0: unlimited
     repository_thread_count: int = 4  # threads for blocking load / unload RPCs
+    # --grpc-restricted-protocol: methods that answer only calls carrying a metadata key
+    restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
 
     def channel_args(self) -> list[tuple[str, Any]]:
         """The gRPC core server arguments these options stand for."""
@@ -149,9 +152,10 @@ def _port(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """tritonserver's gRPC flags (``--grpc-restricted-protocol`` comes with access control)."""
+    """tritonserver's gRPC flags."""
     defaults = GrpcOptions()
-    group = parser.add_argument_group("gRPC frontend (KServe v2 + Triton extensions)")
+    group = parser.add_argument_group("GRPC", "The KServe v2 gRPC endpoint with Triton's "
+                                       "extensions.")
     add = group.add_argument
     add("--allow-grpc", type=_bool, default=True, metavar="BOOL",
         help="serve gRPC (default true)")
@@ -161,6 +165,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let several servers bind the gRPC port (SO_REUSEPORT)")
     add("--grpc-header-forward-pattern", default="", metavar="REGEX",
         help="forward request headers whose name matches as inference request parameters")
+    add("--grpc-restricted-protocol", action=GrpcRestrictionAction,
+        default=RestrictedFeatures(), metavar="CATEGORIES:KEY=VALUE",
+        help="answer the methods of these comma-separated categories (health, metadata, "
+             "inference, shared-memory, model-config, model-repository, statistics, trace, "
+             "logging) only for calls with the metadata triton-grpc-protocol-KEY: VALUE; "
+             "repeatable, one group per flag")
     add("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
     add("--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL",
         help="TLS with client certificates; implies --grpc-use-ssl")
@@ -221,6 +231,7 @@ def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:
         http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
         max_connection_age_ms=args.grpc_max_connection_age,
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+        restricted=args.grpc_restricted_protocol,
     ))
 
 
@@ -257,8 +268,11 @@ class GrpcFrontend(LoopThreadFrontend):
         server = grpc.aio.server(options=options.channel_args())
         # Registered (not generic) handlers: gRPC core matches the method itself, sparing
         # a Python lookup per call.
-        server.add_registered_method_handlers(SERVICE, self._service_handlers())
-        server.add_registered_method_handlers(HEALTH_SERVICE, health_handlers(self._server))
+        restricted = options.restricted
+        server.add_registered_method_handlers(
+            SERVICE, guard_grpc(self._service_handlers(), restricted))
+        server.add_registered_method_handlers(
+            HEALTH_SERVICE, guard_grpc(health_handlers(self._server), restricted))
         host = options.address
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"  # an IPv6 address

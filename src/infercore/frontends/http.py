@@ -20,12 +20,13 @@ import argparse
 import asyncio
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..server import Server
 from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
 from .loop_thread import LoopThreadFrontend
+from .restricted import HttpRestrictionAction, RestrictedFeatures, guard_http
 from .shm import SystemSharedMemory, registry_for
 
 __all__ = ["HttpFrontend", "HttpOptions", "add_arguments", "from_args"]
@@ -45,6 +46,8 @@ class HttpOptions:
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE  # bytes of request body, decompressed
     header_forward_pattern: str = ""  # regex: matching headers become request parameters
     reuse_port: bool = False
+    # --http-restricted-api: categories that answer only requests carrying a header
+    restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
 
 
 def _bool(text: str) -> bool:
@@ -78,7 +81,8 @@ def _port(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """tritonserver's HTTP flags."""
-    group = parser.add_argument_group("HTTP/REST frontend (KServe v2 + Triton extensions)")
+    group = parser.add_argument_group("HTTP", "The KServe v2 HTTP/REST endpoint with Triton's "
+                                       "extensions.")
     group.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL",
                        help="serve HTTP/REST (default true)")
     group.add_argument("--http-port", type=_port, default=8000, metavar="PORT")
@@ -96,6 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--http-header-forward-pattern", default="", metavar="REGEX",
         help="forward request headers whose name matches as inference request parameters")
+    group.add_argument(
+        "--http-restricted-api", action=HttpRestrictionAction, default=RestrictedFeatures(),
+        metavar="CATEGORIES:KEY=VALUE",
+        help="answer the endpoints of these comma-separated categories (health, metadata, "
+             "inference, shared-memory, model-config, model-repository, statistics, trace, "
+             "logging) only for requests with the header KEY: VALUE; repeatable, one group "
+             "per flag")
 
 
 def from_args(server: Server, args: argparse.Namespace) -> HttpFrontend | None:
@@ -105,7 +116,7 @@ def from_args(server: Server, args: argparse.Namespace) -> HttpFrontend | None:
         address=args.http_address, port=args.http_port, thread_count=args.http_thread_count,
         max_input_size=args.http_max_input_size,
         header_forward_pattern=args.http_header_forward_pattern,
-        reuse_port=args.reuse_http_port))
+        reuse_port=args.reuse_http_port, restricted=args.http_restricted_api))
 
 
 class HttpFrontend(LoopThreadFrontend):
@@ -136,10 +147,12 @@ class HttpFrontend(LoopThreadFrontend):
         router = HttpRouter(self._server, self._shm, self._executor,
                             max_input_size=options.max_input_size,
                             header_forward_pattern=options.header_forward_pattern)
-        keep_raw = bool(options.header_forward_pattern)
+        # The restricted header is not among those the connection reads by default.
+        keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
+        handle = guard_http(router.handle, options.restricted)
 
         def connection() -> HttpConnection:
-            return HttpConnection(router.handle, connections,
+            return HttpConnection(handle, connections,
                                   max_input_size=options.max_input_size,
                                   keep_raw_headers=keep_raw)
 

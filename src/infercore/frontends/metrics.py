@@ -57,14 +57,15 @@ def _int_at_least(minimum: int, maximum: int | None = None) -> Any:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """tritonserver's metrics flags."""
-    group = parser.add_argument_group("metrics (Prometheus text at /metrics)")
+    group = parser.add_argument_group("Metrics", "Prometheus text at /metrics.")
     group.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL",
                        help="serve metrics (default true)")
     group.add_argument("--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
                        help="GPU metrics (accepted; infercore reports none)")
     group.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
                        help="nv_cpu_* metrics from /proc (default true)")
-    group.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS")
+    group.add_argument("--metrics-address", default=None, metavar="ADDRESS",
+                       help="default: the --http-address (as tritonserver)")
     group.add_argument("--metrics-port", type=_int_at_least(0, 65535), default=8002,
                        metavar="PORT")
     group.add_argument("--metrics-interval-ms", type=_int_at_least(1), default=2000,
@@ -92,7 +93,10 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def from_args(server: Server, args: argparse.Namespace) -> MetricsFrontend | None:
     if not args.allow_metrics:
         return None
-    return MetricsFrontend(server, args.metrics_address, args.metrics_port)
+    address = args.metrics_address
+    if address is None:  # tritonserver binds metrics where HTTP binds
+        address = getattr(args, "http_address", None) or "0.0.0.0"
+    return MetricsFrontend(server, address, args.metrics_port)
 
 
 class MetricsFrontend:
