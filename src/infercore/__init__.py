@@ -18,11 +18,20 @@ from .errors import (
     UnsupportedError,
 )
 from .handle import Model
-from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
+from .logs import LogFormat, LogLevel, log_enabled, log_message
+from .options import (
+    ModelControlMode,
+    ModelLoadDeviceLimit,
+    Options,
+    RateLimiterResource,
+    RateLimitMode,
+)
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
+from .request_trace import TensorTraceEvent, Trace, TraceActivity, TraceEvent
 from .response import InferResponse, ResponseStream
 from .server import Server
+from .serving import Endpoint
 from .stats import BatchStatistics, Duration, ModelStatistics
 from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
 from .tracing import TraceConfig
@@ -33,11 +42,14 @@ __all__ = [
     "CancelledError",
     "DataType",
     "Duration",
+    "Endpoint",
     "ErrorCode",
     "InferRequest",
     "InferResponse",
     "InternalError",
     "InvalidArgumentError",
+    "LogFormat",
+    "LogLevel",
     "MemoryType",
     "Metric",
     "MetricFamily",
@@ -45,6 +57,7 @@ __all__ = [
     "Model",
     "ModelControlMode",
     "ModelIndexEntry",
+    "ModelLoadDeviceLimit",
     "ModelState",
     "ModelStatistics",
     "NotFoundError",
@@ -54,12 +67,18 @@ __all__ = [
     "ResponseStream",
     "Server",
     "Tensor",
+    "TensorTraceEvent",
+    "Trace",
+    "TraceActivity",
     "TraceConfig",
+    "TraceEvent",
     "TritonError",
     "UnavailableError",
     "UnknownError",
     "UnsupportedError",
     "__version__",
     "deserialize_bytes_tensor",
+    "log_enabled",
+    "log_message",
     "serialize_bytes_tensor",
 ]

@@ -7,13 +7,23 @@ enables DEBUG, log_file sends records to that file only (empty: records propagat
 application's handlers, standard error under ``infercore serve``), log_format is "default"
 (Triton's glog-like prefix) or "ISO8601".
 
+Applications write into the same log with ``log_message(level, text)`` (Triton's
+TRITONSERVER_LogMessage; ``Server.log``) and ask ``log_enabled(level)`` first when a line
+is costly to build (TRITONSERVER_LogIsEnabled). The switches decide, each on its own, as
+in Triton: the settings a server applied last, or the ``infercore`` logger's level when no
+server made any. A line carries the caller's file and line in the glog prefix where
+Triton's carry theirs (``I1130 12:00:00.000 4242 app.py:17] text``).
+
 Threads: settings change from frontends and the API at any time; ``_lock`` serialises
 changes; logging itself is thread-safe.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
@@ -21,7 +31,8 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["LOG_FORMATS", "LogSettings", "LogSettingsManager"]
+__all__ = ["LOG_FORMATS", "LogFormat", "LogLevel", "LogSettings", "LogSettingsManager",
+           "log_enabled", "log_message"]
 
 _ROOT = "infercore"
 LOG_FORMATS = {
@@ -30,6 +41,22 @@ LOG_FORMATS = {
     "ISO8601": ("%(asctime)s %(levelname).1s %(process)d %(name)s] %(message)s",
                 "%Y-%m-%dT%H:%M:%SZ"),
 }
+
+
+class LogFormat(str, enum.Enum):
+    """Triton's TRITONSERVER_LogFormat (``--log-format``)."""
+
+    DEFAULT = "default"
+    ISO8601 = "ISO8601"
+
+
+class LogLevel(enum.Enum):
+    """Triton's TRITONSERVER_LogLevel; VERBOSE is verbose level 1 (Python's DEBUG)."""
+
+    INFO = logging.INFO
+    WARN = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +81,16 @@ class LogSettings:
             if enabled:
                 return level
         return logging.CRITICAL + 1
+
+    def enabled(self, level: LogLevel) -> bool:
+        """Whether lines of ``level`` are written (each switch on its own, as Triton)."""
+        if level is LogLevel.INFO:
+            return self.log_info
+        if level is LogLevel.WARN:
+            return self.log_warning
+        if level is LogLevel.ERROR:
+            return self.log_error
+        return self.log_verbose_level >= 1
 
 
 _TYPES: dict[str, type] = {"log_file": str, "log_info": bool, "log_warning": bool,
@@ -99,8 +136,10 @@ class LogSettingsManager:
         return updated
 
     def _apply(self, settings: LogSettings) -> None:
+        global _active
         logger = logging.getLogger(_ROOT)
         logger.setLevel(settings.level)
+        _active = settings
         if not settings.log_file:
             # Without a log file, records propagate to the application's handlers.
             self._remove_handler(logger)
@@ -125,5 +164,60 @@ class LogSettingsManager:
             logger.propagate = True
 
     def close(self) -> None:
+        global _active
         with self._lock:
             self._remove_handler(logging.getLogger(_ROOT))
+            if _active is self._settings:
+                _active = None
+
+
+# The settings a server applied last: the infercore logger (level and log file) is one per
+# process, as Triton's logger is.
+_active: LogSettings | None = None
+
+
+def _level(level: LogLevel | str) -> LogLevel:
+    if isinstance(level, LogLevel):
+        return level
+    if isinstance(level, str):
+        name = level.strip().upper()
+        member = LogLevel.__members__.get("WARN" if name == "WARNING" else name)
+        if member is not None:
+            return member
+    raise InvalidArgumentError(
+        f"unknown logging level '{level}', expected one of " + ", ".join(LogLevel.__members__))
+
+
+def log_enabled(level: LogLevel | str, settings: LogSettings | None = None) -> bool:
+    """Whether a line of ``level`` would be written to the server log."""
+    chosen = _level(level)
+    current = settings if settings is not None else _active
+    if current is None:
+        return logging.getLogger(_ROOT).isEnabledFor(chosen.value)
+    return current.enabled(chosen)
+
+
+def log_message(level: LogLevel | str, message: str, *, filename: str | None = None,
+                line: int | None = None, settings: LogSettings | None = None,
+                stacklevel: int = 1) -> None:
+    """Write ``message`` to the server log at ``level`` if that level is enabled.
+
+    ``filename`` and ``line`` name where the line comes from (default: the caller's, or
+    the caller ``stacklevel`` frames up).
+    """
+    chosen = _level(level)
+    if not isinstance(message, str):
+        raise InvalidArgumentError(
+            f"a log message must be a string, got {type(message).__name__}")
+    if not log_enabled(chosen, settings):
+        return
+    if filename is None or line is None:
+        frame = sys._getframe(stacklevel)
+        filename = frame.f_code.co_filename if filename is None else filename
+        line = frame.f_lineno if line is None else line
+    logger = logging.getLogger(_ROOT)
+    record = logger.makeRecord(f"{os.path.basename(filename)}:{line}", chosen.value,
+                               filename, line, message, (), None)
+    # The switch decided above; handle() skips the logger's own level, which can only
+    # express the lowest enabled severity.
+    logger.handle(record)

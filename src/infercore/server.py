@@ -14,24 +14,31 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .cache import ResponseCache
 from .errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from .handle import Model
-from .logs import LogSettings, LogSettingsManager
+from .logs import LogLevel, LogSettings, LogSettingsManager, log_enabled, log_message
 from .metrics import MetricsSettings, ServerMetrics
 from .model import LoadedModel, ModelEnvironment
 from .options import ModelControlMode, Options
 from .rate_limiter import RateLimiter
 from .repository.manager import RepositoryManager
+from .repository.overrides import FILE_PREFIX, split_load_parameters
+from .repository.poller import RepositoryPoller
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
 from .response import InferResponse, ResponseStream
 from .stats import ModelStatistics
 from .tracing import Tracer
+
+if TYPE_CHECKING:
+    from .serving import Endpoint
 
 __all__ = ["Server"]
 
@@ -64,6 +71,9 @@ class Server:
             model_config_name=self.options.model_config_name,
             backend_configuration=self.options.backend_configuration,
             load_thread_count=self.options.model_load_thread_count,
+            namespacing=self.options.model_namespacing,
+            load_retry_count=self.options.model_load_retry_count,
+            unload_timeout=float(self.options.exit_timeout),
             environment=ModelEnvironment(
                 rate_limiter=RateLimiter(self.options.rate_limiter_mode,
                                          self.options.rate_limiter_resources),
@@ -71,12 +81,20 @@ class Server:
                 tracer=self._tracer,
                 latency_summaries=metrics.enabled and metrics.summary_latencies,
                 first_response_histogram=metrics.enabled and metrics.histogram_latencies,
+                response_cache=ResponseCache.from_config(self.options.cache_config),
+                ray_address=self.options.ray_address,
             ),
         )
         self._metrics = ServerMetrics(metrics, self._manager.loaded)
+        self._poller: RepositoryPoller | None = None  # POLL mode with an interval
         self._state_lock = threading.Lock()
         self._started = False
         self._stopped = False
+        self._exit_timeout = float(self.options.exit_timeout)  # set_exit_timeout changes it
+        self._endpoints: dict[str, Endpoint] = {}  # kind -> running frontend (serving.py)
+        # Live from start() on, ready only once the startup loads are done (Triton's
+        # SERVER_INITIALIZING): frontends started first answer live 200 / ready 400.
+        self._startup_done = False
         self._logs = LogSettingsManager(LogSettings(
             log_info=self.options.log_info,
             log_warning=self.options.log_warn,
@@ -107,31 +125,91 @@ class Server:
             self._started = True
         if not self.options.repositories:
             raise InvalidArgumentError("at least one model repository must be given")
-        mode = self.options.model_control_mode
-        if mode is ModelControlMode.EXPLICIT:
-            names = list(self.options.startup_models)
-            if "*" in names:
-                failures = self._manager.load_all()
-            else:
-                self._manager.scan()
-                failures = self._manager.load_all(names) if names else {}
-        else:
-            failures = self._manager.load_all()
+        self._load_backend_directories()
+        failures = self._load_startup_models()
+        self._startup_done = True
         if failures and self.options.exit_on_error:
             self.stop()
             reasons = "; ".join(f"{name}: {reason}" for name, reason in sorted(failures.items()))
             raise InternalError(f"failed to load all models: {reasons}")
         return self
 
-    def stop(self) -> None:
-        """Stop admitting requests, let in-flight ones finish (``exit_timeout``), unload."""
+    def _load_startup_models(self) -> dict[str, str]:
+        """Load what the control mode says (Triton's): every model in NONE and POLL mode,
+        the ``startup_models`` in EXPLICIT mode ("*" alone: every model). In POLL mode
+        the repository poller starts next. Returns name -> failure."""
+        if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
+            failures = self._manager.load_all()
+            if (self.options.model_control_mode is ModelControlMode.POLL
+                    and self.options.repository_poll_secs > 0):
+                self._poller = RepositoryPoller(self._manager.poll,
+                                                self.options.repository_poll_secs)
+                self._poller.start()
+            return failures
+        names = list(dict.fromkeys(self.options.startup_models))
+        if "*" in names:
+            if len(names) > 1:
+                raise InvalidArgumentError(
+                    "Wildcard model name '*' must be the ONLY startup model if specified "
+                    "at all.")
+            return self._manager.load_all()
+        return self._manager.load_all(names)
+
+    def _load_backend_directories(self) -> None:
+        """Register the backend plugins of ``Options.backend_directory`` (as the CLI's
+        ``--backend-directory``): a missing folder is logged, the built-ins serve."""
+        from .backends.base import load_backend_directory
+
+        for directory in self.options.backend_directory:
+            try:
+                load_backend_directory(directory)
+            except InvalidArgumentError as exc:
+                logger.warning("%s; using the built-in backends", exc.message)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop admitting requests, let in-flight ones finish, unload every model.
+
+        In-flight requests get ``timeout`` seconds (default: the exit timeout, see
+        ``set_exit_timeout``); those still running then are failed, and instances are
+        finalized in order. Network endpoints started with ``serve_http`` and
+        ``serve_grpc`` stop first within the same deadline, the metrics endpoint last.
+        """
         with self._state_lock:
             if self._stopped:
                 return
             self._stopped = True
-        self._manager.unload_all(timeout=float(self.options.exit_timeout))
+            endpoints, self._endpoints = list(self._endpoints.values()), {}
+        deadline = time.monotonic() + max(0.0, self._exit_timeout if timeout is None
+                                          else timeout)
+        late = [endpoint for endpoint in endpoints if endpoint.kind == "metrics"]
+        if endpoints:
+            from .serving import stop_endpoints
+
+            stop_endpoints([e for e in endpoints if e.kind != "metrics"], deadline)
+        if self._poller is not None:
+            self._poller.stop()  # a poll in progress finishes first
+        self._manager.unload_all(timeout=max(0.0, deadline - time.monotonic()))
         self._tracer.close()  # writes what the trace files still hold
         self._logs.close()
+        if late:
+            stop_endpoints(late, time.monotonic())
+
+    @property
+    def exit_timeout(self) -> float:
+        """Seconds in-flight requests get when the server stops or a model unloads."""
+        return self._exit_timeout
+
+    def set_exit_timeout(self, seconds: float) -> None:
+        """Replace ``Options.exit_timeout`` from now on, also while the server runs
+        (Triton's TRITONSERVER_ServerSetExitTimeout): the next ``stop``, unloads and
+        repository polls wait that long for in-flight requests."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+                seconds >= 0):
+            raise InvalidArgumentError(
+                f"the exit timeout must be a number of seconds >= 0, got {seconds!r}")
+        self._exit_timeout = float(seconds)
+        # The manager drains unloaded versions (polls, failed reloads) for this long too.
+        self._manager._unload_timeout = self._exit_timeout
 
     async def astart(self, *, wait_until_ready: bool = False) -> Server:
         return await asyncio.to_thread(self.start, wait_until_ready=wait_until_ready)
@@ -158,13 +236,17 @@ class Server:
         return self._started and not self._stopped
 
     def ready(self) -> bool:
-        """Live, and (with strict readiness) every model found is READY."""
-        if not self.live():
+        """Live with the startup loads done, and (strict readiness) every model READY."""
+        if not self.live() or not self._startup_done:
             return False
         if not self.options.strict_readiness:
             return True
-        return all(entry.state is ModelState.READY for entry in self._manager.index()
-                   if not entry.name_only)
+        # As Triton: a version that is not ready because it was unloaded does not count.
+        # (An ensemble unloaded with its step records "unloaded: ..."; the state table, not
+        # the repository listing, so health probes do not read the disk.)
+        return all(entry.state is ModelState.READY for entry in self._manager.states.index()
+                   if not entry.reason.startswith("unloaded")) and all(
+            model.serving for model in self._manager.loaded())  # (docs/ray.md: readiness)
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -211,8 +293,18 @@ class Server:
         instead of being queued on the stream; the callback must not block.
         """
         loaded = self._resolve(request.model_name, request.model_version)
-        return loaded.infer(request, raise_on_error=raise_on_error, callback=callback,
-                            consume_now=consume_now)
+        try:
+            return loaded.infer(request, raise_on_error=raise_on_error, callback=callback,
+                                consume_now=consume_now)
+        except UnavailableError:
+            # A reload may have swapped this version out between the lookup and the
+            # admission (it then refuses new requests while draining): the version
+            # serving now takes the request, so a reload never fails a request.
+            current = self._resolve(request.model_name, request.model_version)
+            if current is loaded:
+                raise
+            return current.infer(request, raise_on_error=raise_on_error, callback=callback,
+                                 consume_now=consume_now)
 
     def _resolve(self, name: str, version: int) -> LoadedModel:
         if not self._started or self._stopped:
@@ -220,13 +312,37 @@ class Server:
         return self._manager.get(name, version)
 
     # -- model control ---------------------------------------------------------------------
-    def load(self, name: str, config: str | Mapping[str, Any] | None = None) -> Model:
-        """Load (or reload) a model from the repositories; raises its load error.
+    def load(
+        self,
+        name: str,
+        config: str | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes] | None = None,
+        *,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> Model:
+        """Load (or reload) a model, as Triton's load API does; raises its load error.
 
-        ``config`` (Triton's JSON form, as a string or a dict) replaces the model's
-        config.pbtxt for this load.
+        Only in EXPLICIT model control mode. ``config`` (Triton's JSON form, as a string
+        or a dict) replaces the model's config.pbtxt for this load. ``files`` maps paths
+        inside the model folder ("1/model.py", with or without Triton's "file:" prefix) to
+        their contents: the model then loads from a temporary folder holding them (they
+        need ``config``). ``parameters`` takes the same as Triton's load parameters
+        (``{"config": ..., "file:1/model.py": b"..."}``). Loading an unchanged model
+        does nothing; a failed reload leaves the serving version in place.
         """
         self._require_running()
+        self._require_explicit()
+        if isinstance(config, Mapping) and parameters is None and any(
+                key == "config" or key.startswith(FILE_PREFIX) for key in config):
+            # tritonserver's load(model_name, parameters) called positionally: no model
+            # config has a "config" or "file:" field, so the dict can only be parameters.
+            config, parameters = None, config
+        files = {key.removeprefix(FILE_PREFIX): bytes(value)
+                 for key, value in (files or {}).items()}
+        if parameters:
+            parameter_config, parameter_files = split_load_parameters(parameters)
+            config = parameter_config if parameter_config is not None else config
+            files.update(parameter_files)
         override = None
         if config is not None:
             from .config import model_config_from_json
@@ -243,8 +359,34 @@ class Server:
                     f"the config override of model '{name}' must be a JSON object"
                 )
             override = model_config_from_json(dict(config))
-        self._manager.load(name, override)
+        self._manager.load(name, override, files or None)
         return Model(self, name)
+
+    def unload(self, name: str, *, unload_dependents: bool = False) -> None:
+        """Unload a model once its in-flight requests finish (up to ``exit_timeout``).
+
+        Only in EXPLICIT model control mode. Ensembles using the model are unloaded
+        first; ``unload_dependents`` also unloads the models an unloaded ensemble loaded
+        for its steps. Unloading a model that is not loaded does nothing, as in Triton.
+        """
+        self._require_running()
+        self._require_explicit()
+        self._manager.unload(name, timeout=self._exit_timeout,
+                             unload_dependents=unload_dependents)
+
+    def poll_model_repository(self) -> None:
+        """Apply the repository's changes now (POLL mode), as the poller does each
+        ``repository_poll_secs``; returns once loads and unloads are done."""
+        self._require_running()
+        if self.options.model_control_mode is not ModelControlMode.POLL:
+            raise UnavailableError("polling is disabled")
+        self._manager.poll()
+
+    def _require_explicit(self) -> None:
+        if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
+            # Triton's text for NONE and POLL mode alike.
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled")
 
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]:
         """Statistics of one model's versions, or of every ready model when name is ""."""
@@ -252,10 +394,6 @@ class Server:
             return self.model(name, version).statistics()
         snapshots = [model.stats.snapshot() for model in self._manager.loaded()]
         return sorted(snapshots, key=lambda s: (s.name, s.version))
-
-    def unload(self, name: str) -> None:
-        self._require_running()
-        self._manager.unload(name, timeout=float(self.options.exit_timeout))
 
     # -- settings ----------------------------------------------------------------------------
     def log_settings(self) -> dict[str, Any]:
@@ -265,6 +403,16 @@ class Server:
     def update_log_settings(self, **changes: Any) -> dict[str, Any]:
         """Change logging at runtime with Triton's setting names; returns the new settings."""
         return self._logs.update(changes).to_dict()
+
+    def log(self, level: LogLevel | str, message: str) -> None:
+        """Write ``message`` to the server log at ``level`` (LogLevel or its name) when
+        that level is enabled, prefixed with the caller's file and line (Triton's
+        TRITONSERVER_LogMessage)."""
+        log_message(level, message, settings=self._logs.settings, stacklevel=2)
+
+    def log_enabled(self, level: LogLevel | str) -> bool:
+        """Whether ``level`` is enabled in this server's log settings."""
+        return log_enabled(level, self._logs.settings)
 
     def trace_settings(self, model: str = "") -> dict[str, Any]:
         """Trace settings in force for ``model`` (global ones for "")."""
@@ -290,3 +438,43 @@ class Server:
     def _require_running(self) -> None:
         if not self.live():
             raise UnavailableError("server is not running")
+
+    # -- network frontends (serving.py) ---------------------------------------------------
+    def serve_http(self, *, address: str = "0.0.0.0", port: int = 8000,
+                   **settings: Any) -> Endpoint:
+        """Serve this server over KServe v2 HTTP/REST until the returned Endpoint (or the
+        server) stops; port 0 picks a free port (``endpoint.port``). ``settings``:
+        thread_count, max_input_size, header_forward_pattern, reuse_port, restricted."""
+        from .serving import start_endpoint
+
+        return start_endpoint(self, "http", address=address, port=port, **settings)
+
+    def serve_grpc(self, *, address: str = "0.0.0.0", port: int = 8001,
+                   **settings: Any) -> Endpoint:
+        """Serve this server over KServe v2 gRPC (see ``serve_http``); ``settings`` are
+        the gRPC frontend's options (use_ssl, server_cert, keepalive_time_ms, ...)."""
+        from .serving import start_endpoint
+
+        return start_endpoint(self, "grpc", address=address, port=port, **settings)
+
+    def serve_metrics(self, *, address: str = "0.0.0.0", port: int = 8002) -> Endpoint:
+        """Serve ``metrics()`` at GET /metrics (see ``serve_http``)."""
+        from .serving import start_endpoint
+
+        return start_endpoint(self, "metrics", address=address, port=port)
+
+    def _add_endpoint(self, endpoint: Endpoint) -> Endpoint | None:
+        """Register a starting endpoint; returns the one of its kind already running
+        (registering nothing then). Raises once the server is stopped."""
+        with self._state_lock:
+            if self._stopped:
+                raise UnavailableError("server is not running")
+            running = self._endpoints.get(endpoint.kind)
+            if running is None:
+                self._endpoints[endpoint.kind] = endpoint
+            return running
+
+    def _remove_endpoint(self, endpoint: Endpoint) -> None:
+        with self._state_lock:
+            if self._endpoints.get(endpoint.kind) is endpoint:
+                del self._endpoints[endpoint.kind]

@@ -33,7 +33,8 @@ from .tensor import DataType, Tensor
 if TYPE_CHECKING:
     from .request import InferRequest
 
-__all__ = ["NO_TRACE", "NoTrace", "Trace", "TraceHandle", "TraceScope", "TracingSender"]
+__all__ = ["NO_TRACE", "NoTrace", "OutputCapture", "Trace", "TraceHandle", "TraceScope",
+           "TracingSender", "request_timestamps"]
 
 # One record of Triton's trace file, already JSON text: records are rendered once, when
 # their trace finishes, so writing a file is a join.
@@ -180,27 +181,9 @@ class Trace:
         return self._request
 
     def timestamps(self) -> list[tuple[str, int]]:
-        """Triton's activities with their monotonic ns, in Triton's order.
-
-        REQUEST_END is the later of the final response and the end of execution: Triton
-        records it when the backend releases the request, which is never before its
-        execution ends (a decoupled model may send its final response sooner).
-        """
+        """Triton's activities with their monotonic ns, in Triton's order."""
         request = self._request
-        if request is None:
-            return []
-        stamps = [("REQUEST_START", request.request_start_ns),
-                  # An ensemble hands its steps on at once: its queue starts as it arrives.
-                  ("QUEUE_START", request.queue_start_ns or request.request_start_ns)]
-        if request.compute_start_ns:
-            stamps += [("COMPUTE_START", request.compute_start_ns),
-                       ("COMPUTE_INPUT_END", request.compute_input_end_ns),
-                       ("COMPUTE_OUTPUT_START", request.compute_output_start_ns),
-                       ("COMPUTE_END", request.compute_end_ns)]
-        end = max(self._released_ns, request.compute_end_ns)
-        if end:
-            stamps.append(("REQUEST_END", end))
-        return [(name, ns) for name, ns in stamps if ns]
+        return [] if request is None else request_timestamps(request, self._released_ns)
 
     def _finish(self) -> None:
         """Both events happened (lock held): build own records, end spans, close if idle."""
@@ -274,6 +257,27 @@ class Trace:
             return records
 
 
+def request_timestamps(request: InferRequest, released_ns: int) -> list[tuple[str, int]]:
+    """Triton's activities of ``request`` with their monotonic ns, in Triton's order.
+
+    REQUEST_END is the later of the final response (``released_ns``) and the end of
+    execution: Triton records it when the backend releases the request, which is never
+    before its execution ends (a decoupled model may send its final response sooner).
+    """
+    stamps = [("REQUEST_START", request.request_start_ns),
+              # An ensemble hands its steps on at once: its queue starts as it arrives.
+              ("QUEUE_START", request.queue_start_ns or request.request_start_ns)]
+    if request.compute_start_ns:
+        stamps += [("COMPUTE_START", request.compute_start_ns),
+                   ("COMPUTE_INPUT_END", request.compute_input_end_ns),
+                   ("COMPUTE_OUTPUT_START", request.compute_output_start_ns),
+                   ("COMPUTE_END", request.compute_end_ns)]
+    end = max(released_ns, request.compute_end_ns)
+    if end:
+        stamps.append(("REQUEST_END", end))
+    return [(name, ns) for name, ns in stamps if ns]
+
+
 def _tensor_records(trace_id: int, activity: str,
                     tensors: Iterable[tuple[str, Tensor]]) -> list[Record]:
     """Triton's TENSORS records: data as comma-separated values, shape as "d0,d1"."""
@@ -300,13 +304,19 @@ def _format_data(array: np.ndarray, data_type: DataType) -> str:
     return ",".join(str(v) for v in array.flat)
 
 
+class OutputCapture(Protocol):
+    """A trace that keeps the outputs of its request's responses (TENSORS level)."""
+
+    def capture_outputs(self, outputs: Mapping[str, Tensor]) -> None: ...
+
+
 class TracingSender(ResponseSender):
     """A ResponseSender that also hands each response's outputs to the request's trace
     (TENSORS level); used only for requests traced at that level."""
 
     __slots__ = ("_trace",)
 
-    def __init__(self, trace: Trace, request: InferRequest, stream: Any, model: str,
+    def __init__(self, trace: OutputCapture, request: InferRequest, stream: Any, model: str,
                  version: int, on_close: Callable[[InferRequest], None] | None) -> None:
         super().__init__(request, stream, model, version, on_close)
         self._trace = trace

@@ -69,9 +69,37 @@ class TraceConfig:
     batch: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.level, str):  # level="TIMESTAMPS" means ("TIMESTAMPS",)
+            object.__setattr__(self, "level", (self.level,))
+        elif isinstance(self.level, (list, tuple)):
+            object.__setattr__(self, "level", tuple(self.level))
+        else:
+            raise InvalidArgumentError(f"trace level must be a list of levels, got "
+                                       f"{self.level!r}")
+        for name in ("rate", "count", "log_frequency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgumentError(f"trace {name} must be an integer, got {value!r}")
         settings = self.settings()
         for key, value in settings.items():
             _validate(key, value)
+        if not isinstance(self.url, str) or not self.url:
+            raise InvalidArgumentError(f"the OpenTelemetry url must be a string, got "
+                                       f"{self.url!r}")
+        if not isinstance(self.resource, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.resource.items()):
+            raise InvalidArgumentError(
+                f"trace resource attributes must map strings to strings, got {self.resource!r}")
+        if not isinstance(self.batch, Mapping):
+            raise InvalidArgumentError(f"trace batch settings must be a dict, got "
+                                       f"{self.batch!r}")
+        for key, value in self.batch.items():
+            if key not in _OTEL_BATCH:
+                raise InvalidArgumentError(
+                    f"unknown OpenTelemetry batch setting '{key}', expected one of "
+                    + ", ".join(_OTEL_BATCH))
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidArgumentError(f"{key} must be a positive integer, got {value!r}")
 
     def settings(self) -> dict[str, Any]:
         """The initial trace settings, in the trace API's names and shapes."""
