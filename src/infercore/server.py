@@ -284,9 +284,10 @@ class Server:
     ) -> ResponseStream:
         """Run a request built by the caller (frontends do this); see ``Model.infer``.
 
-        ``consume_now=True`` promises that the caller awaits or iterates the stream right
-        away: the request then crosses no thread when an instance is free (the reader runs
-        it), and no instance thread is woken in vain. A stream taken this way must be read.
+        ``consume_now=True`` says the caller will await or iterate the stream right away:
+        when an instance is idle (and, on an event loop, the model is known to be short) the
+        calling thread runs the request before this returns, waking no other thread;
+        otherwise it is queued with exactly one wake-up.
 
         With ``callback``, each response is passed to ``callback(response, final)`` on the
         thread that produced it, in order (``response`` is None for a bare final flag),
