@@ -18,6 +18,7 @@ from .errors import (
     UnsupportedError,
 )
 from .handle import Model
+from .inference_request import InferenceRequest
 from .logs import LogFormat, LogLevel, log_enabled, log_message
 from .options import (
     ModelControlMode,
@@ -26,6 +27,7 @@ from .options import (
     RateLimiterResource,
     RateLimitMode,
 )
+from .remote import RemoteModel, RemoteServer
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
 from .request_trace import TensorTraceEvent, Trace, TraceActivity, TraceEvent
@@ -45,6 +47,7 @@ __all__ = [
     "Endpoint",
     "ErrorCode",
     "InferRequest",
+    "InferenceRequest",
     "InferResponse",
     "InternalError",
     "InvalidArgumentError",
@@ -64,6 +67,8 @@ __all__ = [
     "Options",
     "RateLimitMode",
     "RateLimiterResource",
+    "RemoteModel",
+    "RemoteServer",
     "ResponseStream",
     "Server",
     "Tensor",
