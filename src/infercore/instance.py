@@ -56,6 +56,7 @@ class ModelInstance:
         rate_limiter: RateLimiter = _NO_LIMITS,
         resources: ResourceAsk = _NO_RESOURCES,
         inline_allowed: bool = True,
+        inline_on_loop_allowed: bool = True,
     ) -> None:
         self.model_name = model_name
         self.info = info
@@ -67,6 +68,8 @@ class ModelInstance:
         self.resources = resources
         # False for instances whose thread must be the only one running them
         self.inline_allowed = inline_allowed and not info.passive
+        # False: an event loop's thread never runs it, however short its executions
+        self._inline_on_loop = inline_on_loop_allowed
         self.busy = threading.Lock()
         self.execution_count = 0
         # A typical recent execute duration (ns): lets the scheduler judge whether running
@@ -85,7 +88,7 @@ class ModelInstance:
 
     def runs_short(self) -> bool:
         """Known to execute quickly enough to run on an event loop's thread."""
-        return 0 <= self.recent_execute_ns <= INLINE_ON_LOOP_MAX_NS
+        return self._inline_on_loop and 0 <= self.recent_execute_ns <= INLINE_ON_LOOP_MAX_NS
 
     # -- reservation -------------------------------------------------------------------------
     def try_reserve(self) -> bool:

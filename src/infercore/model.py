@@ -176,6 +176,7 @@ class LoadedModel:
         # the backend's model, or one that places some instance groups on Ray (docs/ray.md)
         self._backend_model = create_backend_model(self._backend, self.context,
                                                    self._environment.ray_address)
+        caller_runs = _caller_runs_policy(self.config)
         try:
             for info in infos:
                 backend_instance = self._backend_model.create_instance(info)
@@ -185,9 +186,13 @@ class LoadedModel:
                     rate_limiter=rate_limiter, resources=asks[info.name],
                     # Only an instance's own thread runs it when the thread matters: GPU
                     # (the current device is per thread), a device-blocking backend (one
-                    # thread per device), a host policy (the thread is pinned).
+                    # thread per device), a host policy (the thread is pinned). Never for
+                    # a decoupled model: its caller must see responses while it executes.
                     inline_allowed=(info.kind != "KIND_GPU" and not blocking
-                                    and cores[info.name] is None),
+                                    and cores[info.name] is None
+                                    and not self.context.decoupled
+                                    and caller_runs != CALLER_RUNS_OFF),
+                    inline_on_loop_allowed=caller_runs == CALLER_RUNS_AUTO,
                 ))
             # Every active instance runs the warmup samples before the model is READY.
             run_warmup(self.name, self.version, samples, self._instances, self._clock)
@@ -603,3 +608,27 @@ def _instance_infos(config: model_config_pb2.ModelConfig) -> list[InstanceInfo]:
     if not infos:
         raise InvalidArgumentError(f"model '{config.name}' has no model instances")
     return infos
+
+
+# Config parameter "infercore.caller_runs" (docs/architecture.md, "Handoffs per request"):
+#   auto      a blocked caller, or an event loop for a model known to execute briefly,
+#             may run a request on an idle instance itself (the default)
+#   blocking  only a blocked (synchronous) caller may; never an event loop's thread: for
+#             models whose execute time varies widely (a rare long call would stall the
+#             frontend's loop while it runs)
+#   off       only the instances' own threads run the model
+PARAM_CALLER_RUNS = "infercore.caller_runs"
+CALLER_RUNS_AUTO, CALLER_RUNS_BLOCKING, CALLER_RUNS_OFF = "auto", "blocking", "off"
+
+
+def _caller_runs_policy(config: model_config_pb2.ModelConfig) -> str:
+    parameter = config.parameters.get(PARAM_CALLER_RUNS)
+    if parameter is None:
+        return CALLER_RUNS_AUTO
+    value = parameter.string_value.strip().lower()
+    if value not in (CALLER_RUNS_AUTO, CALLER_RUNS_BLOCKING, CALLER_RUNS_OFF):
+        raise InvalidArgumentError(
+            f"model '{config.name}': parameter '{PARAM_CALLER_RUNS}' must be one of "
+            f"'{CALLER_RUNS_AUTO}', '{CALLER_RUNS_BLOCKING}', '{CALLER_RUNS_OFF}', got "
+            f"'{parameter.string_value}'")
+    return value

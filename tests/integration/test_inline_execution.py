@@ -142,3 +142,85 @@ async def test_consume_now_from_an_event_loop_dispatches_unknown_models(who):
         # the model's execution time is still unknown: the loop must not run it
         response = await server.infer(_request(), consume_now=True)
         assert _thread_of(response) == "infercore-who-who_0_0"
+
+
+def _who_with_policy(repo, policy: str) -> Server:
+    config = WHO_RUNS_ME_CONFIG % 0.0 + (
+        'parameters: { key: "infercore.caller_runs" value: { string_value: "%s" } }\n' % policy)
+    repo.add_model("who", config=config, model_py=WHO_RUNS_ME_PY)
+    return Server(model_repository=repo.path)
+
+
+def test_caller_runs_off_leaves_every_request_to_the_instance_thread(repo):
+    with _who_with_policy(repo, "off") as server:
+        assert _thread_of(server.model("who").infer(inputs=X).result()) == "infercore-who-who_0_0"
+        stream = server.infer(_request(), consume_now=True)
+        assert _thread_of(stream.result()) == "infercore-who-who_0_0"
+
+
+async def test_caller_runs_blocking_keeps_a_short_model_off_the_event_loop(repo):
+    async with _who_with_policy(repo, "blocking") as server:
+        model = server.model("who")
+        loop_thread = threading.current_thread().name
+        threads = {_thread_of(await model.async_infer(inputs=X)) for _ in range(50)}
+        assert loop_thread not in threads
+        # a blocked synchronous caller still runs it itself
+        assert _thread_of(await asyncio.to_thread(lambda: model.infer(inputs=X).result())) \
+            not in ("infercore-who-who_0_0",)
+
+
+def test_a_bad_caller_runs_value_fails_the_load(repo):
+    server = _who_with_policy(repo, "sometimes")
+    with pytest.raises(Exception) as failure:
+        server.start()
+    server.stop()
+    assert "infercore.caller_runs" in str(failure.value)
+    assert "sometimes" in str(failure.value)
+
+
+STREAMER_CONFIG = """
+name: "streamer"
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_INT32, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+# Sends one response, then waits (inside execute) until the caller has seen it.
+STREAMER_PY = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SEEN = threading.Event()
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", np.array([1], np.int32))]))
+            if not SEEN.wait(30):
+                raise RuntimeError("the caller never saw the first response")
+            sender.send(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", np.array([2], np.int32))]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_a_sync_reader_of_a_decoupled_model_sees_responses_while_it_executes(repo):
+    repo.add_model("streamer", config=STREAMER_CONFIG, model_py=STREAMER_PY)
+    with Server(model_repository=repo.path) as server:
+        import sys
+
+        stream = server.model("streamer").infer(inputs=X)
+        first = next(iter(stream))  # would deadlock if this thread ran execute itself
+        assert int(first.outputs["Y"].to_numpy()[0]) == 1
+        model_module = next(m for name, m in sys.modules.items()
+                            if hasattr(m, "SEEN") and "streamer" in name)
+        model_module.SEEN.set()
+        values = [int(r.outputs["Y"].to_numpy()[0]) for r in stream if r.outputs]
+        assert values == [2]
