@@ -14,6 +14,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from .errors import InvalidArgumentError, TritonError
+from .inference_request import InferenceRequest
 from .request import InferRequest, ParameterValue
 from .request_trace import Trace, bind_trace
 from .response import ResponseStream
@@ -47,9 +48,13 @@ class Model:
         return hash((self.name, self.version))
 
     # -- inference -------------------------------------------------------------------------
+    def create_request(self, **fields: Any) -> InferenceRequest:
+        """A reusable request for this model (keywords: InferenceRequest's fields)."""
+        return InferenceRequest(self, **fields)
+
     def infer(
         self,
-        inputs: Mapping[str, Any] | None = None,
+        inputs: Mapping[str, Any] | InferenceRequest | None = None,
         *,
         outputs: Sequence[str] | None = None,
         request_id: str = "",
@@ -61,6 +66,7 @@ class Model:
         sequence_end: bool = False,
         raise_on_error: bool = True,
         trace: Trace | None = None,
+        inference_request: InferenceRequest | None = None,
     ) -> ResponseStream:
         """Start one inference; its responses arrive on the returned stream.
 
@@ -71,11 +77,16 @@ class Model:
         Errors found on entry (unknown model, invalid inputs) raise at once.
         ``trace`` (an ``infercore.Trace``) reports this request's activities to the
         caller's callbacks (see request_trace.py).
+        An ``InferenceRequest`` (positionally or as ``inference_request``) is submitted as
+        it is set up; the other keywords then do not apply (see inference_request.py).
         """
+        if inference_request is not None or type(inputs) is InferenceRequest:
+            return (inference_request or inputs)._submit(  # type: ignore[union-attr]
+                self, raise_on_error)
         loaded = self._server._resolve(self.name, self.version)
         request = InferRequest(
             self.name,
-            _to_tensors(inputs or {}, loaded.config),
+            _to_tensors(inputs or {}, loaded.config),  # type: ignore[arg-type]
             model_version=self.version,
             id=request_id,
             requested_outputs=outputs,
