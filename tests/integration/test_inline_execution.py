@@ -146,7 +146,7 @@ async def test_consume_now_from_an_event_loop_dispatches_unknown_models(who):
 
 def _who_with_policy(repo, policy: str) -> Server:
     config = WHO_RUNS_ME_CONFIG % 0.0 + (
-        'parameters: { key: "infercore.caller_runs" value: { string_value: "%s" } }\n' % policy)
+        f'parameters: {{ key: "infercore.caller_runs" value: {{ string_value: "{policy}" }} }}\n')
     repo.add_model("who", config=config, model_py=WHO_RUNS_ME_PY)
     return Server(model_repository=repo.path)
 

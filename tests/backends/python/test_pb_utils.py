@@ -132,6 +132,20 @@ def test_dlpack_round_trip_shares_memory():
     assert np.shares_memory(from_producer.as_numpy(), array)
 
 
+def test_a_read_only_input_exports_a_copy_through_dlpack():
+    # inputs that view a received HTTP/gRPC message are read-only, which numpy cannot export
+    received = np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), np.float32)
+    assert not received.flags.writeable
+    tensor = pb_utils.Tensor("T", received)
+    viewed = np.from_dlpack(tensor)
+    assert viewed.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert not np.shares_memory(viewed, received)
+    assert pb_utils.Tensor.from_dlpack("U", tensor.to_dlpack()).as_numpy().tolist() == \
+        [0.0, 1.0, 2.0, 3.0]
+    torch = pytest.importorskip("torch")
+    assert torch.from_dlpack(tensor).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_bf16_travels_through_dlpack_with_its_bits():
     array = np.array([1.5, -2.0, 3.25], dtype=ml_dtypes.bfloat16)
     tensor = pb_utils.Tensor("T", array)

@@ -204,11 +204,16 @@ class Tensor:
             raise TritonModelException("DLPack does not have support for string tensors.")
         if self._array is None:
             return self._producer.__dlpack__(stream=stream)
-        if self._array.dtype == _BF16:
-            capsule = self._array.view(np.uint16).__dlpack__()
+        array = self._array
+        if not array.flags.writeable:
+            # DLPack cannot mark memory read-only, so numpy refuses to export it. Inputs
+            # that are views of a received message are read-only: a consumer gets a copy.
+            array = array.copy()
+        if array.dtype == _BF16:
+            capsule = array.view(np.uint16).__dlpack__()
             _set_capsule_dtype(capsule, _DL_BFLOAT, 16)
             return capsule
-        return self._array.__dlpack__()
+        return array.__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:
         if self._array is None:
