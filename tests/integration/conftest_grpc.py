@@ -9,19 +9,13 @@ the end of the module; ``grpc_serve`` starts more with other flags (TLS, limits)
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from serve_process import GrpcServeProcess
 
 from infercore.testing import RepositoryBuilder
 
@@ -192,60 +186,6 @@ def build_repository(path: Path) -> Path:
     repo.add_model("slow", config=SLOW_CONFIG, model_py=SLOW_PY)
     repo.add_model("counter", config=COUNTER_CONFIG, model_py=COUNTER_PY)
     return repo.path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class GrpcServeProcess:
-    """``python -m infercore serve`` with only gRPC, on a free port; SIGTERM stops it."""
-
-    def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"127.0.0.1:{self.port}"
-        self.log_path = log_path
-        command = [sys.executable, "-m", "infercore", "serve", "--model-repository",
-                   str(repository), "--grpc-address", "127.0.0.1", "--grpc-port",
-                   str(self.port), "--allow-http=false", "--allow-metrics=false",
-                   "--exit-timeout-secs", "5", *extra]
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def wait_ready(self, channel: grpc.Channel, timeout: float = 30.0) -> None:
-        """Poll ServerReady on ``channel`` until it answers true (or the deadline)."""
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"infercore serve exited: {self.log()}")
-            try:
-                if stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=1).ready:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)  # a separate process: nothing to wait on but its port
-        raise TimeoutError(f"infercore serve not ready after {timeout}s: {self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, then the exit code (killed after ``timeout``); stopping twice is fine."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
-
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")[-6000:]
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,13 @@ and stops it with SIGTERM at the end of the module.
 
 from __future__ import annotations
 
-import http.client
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES
+from serve_process import HttpServeProcess
 
-from infercore.cli import build_parser
 from infercore.testing import RepositoryBuilder
 
 # Every Triton datatype in one model: each optional input IN_<T> comes back as OUT_<T>.
@@ -194,85 +187,13 @@ def build_repository(path: Path) -> Path:
     return repo.path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _accepts(flag: str) -> bool:
-    _, unknown = build_parser().parse_known_args(["serve", flag])
-    return not unknown
-
-
-def _other_frontend_flags() -> list[str]:
-    """Keep the gRPC and metrics frontends off our ports (or off entirely, when possible)."""
-    flags = []
-    if _accepts("--allow-grpc=false"):
-        flags.append("--allow-grpc=false")
-    elif _accepts("--grpc-port=1"):
-        flags += ["--grpc-port", str(free_port())]
-    if _accepts("--allow-metrics=false"):
-        flags.append("--allow-metrics=false")
-    return flags
-
-
-class ServeProcess:
-    """``python -m infercore serve`` on a free HTTP port, stopped with SIGTERM."""
-
-    def __init__(self, repository: Path, log_path: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"127.0.0.1:{self.port}"
-        self.log_path = log_path
-        command = [sys.executable, "-m", "infercore", "serve", "--model-repository",
-                   str(repository), "--http-address", "127.0.0.1", "--http-port",
-                   str(self.port), "--exit-timeout-secs", "5", *_other_frontend_flags(), *extra]
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"infercore serve exited: {self.log()}")
-            try:
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
-                connection.request("GET", "/v2/health/ready")
-                if connection.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)  # a separate process: nothing to wait on but its port
-        raise TimeoutError(f"infercore serve not ready after {timeout}s: {self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def rss_bytes(self) -> int:
-        with open(f"/proc/{self.process.pid}/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 @pytest.fixture(scope="module")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServeProcess]:
     root = tmp_path_factory.mktemp("http")
-    server = ServeProcess(build_repository(root / "models"), root / "server.log",
-                          "--model-control-mode", "explicit", "--load-model", "*",
-                          "--http-max-input-size", str(4 * 1024 * 1024),
-                          "--http-header-forward-pattern", "^x-fwd-")
+    server = HttpServeProcess(build_repository(root / "models"), root / "server.log",
+                              "--model-control-mode", "explicit", "--load-model", "*",
+                              "--http-max-input-size", str(4 * 1024 * 1024),
+                              "--http-header-forward-pattern", "^x-fwd-")
     try:
         server.wait_ready()
         yield server

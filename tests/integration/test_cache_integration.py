@@ -5,13 +5,6 @@ protocols, and its metrics port scraped and parsed as Prometheus does."""
 from __future__ import annotations
 
 import http.client
-import os
-import queue
-import socket
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,6 +12,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
+from serve_process import ServeOutput as _Serve
+from serve_process import free_port as _free_port
 
 COUNTER_PY = """
 import numpy as np
@@ -51,57 +46,6 @@ output [
 instance_group [ {{ count: 1, kind: KIND_CPU }} ]
 {"response_cache { enable: true }" if cache else ""}
 """
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class _Serve:
-    """``python -m infercore serve`` whose output lines are read as they come."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "infercore", "serve", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, name="serve-output", daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no '{text}' from infercore serve: {''.join(self.output)}")
-            try:
-                line = self.lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise RuntimeError(f"infercore serve exited: {''.join(self.output)}")
-            self.output.append(line)
-            if text in line:
-                return
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
 
 
 @pytest.fixture

@@ -8,16 +8,13 @@ import http.client
 import json
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import pytest
 import requests
 import tritonclient.http as httpclient
+from serve_process import HttpServeProcess as ServeProcess
 
 from infercore.testing import RepositoryBuilder
-
-if TYPE_CHECKING:
-    from conftest_http import ServeProcess
 
 pytest_plugins = ["conftest_http"]
 
@@ -172,8 +169,6 @@ def _build(path) -> RepositoryBuilder:
 
 
 def _serve(tmp_path_factory: pytest.TempPathFactory) -> ServeProcess:
-    from conftest_http import ServeProcess  # loaded (and assert-rewritten) as a plugin
-
     root = tmp_path_factory.mktemp("generate")
     server = ServeProcess(_build(root / "models").path, root / "server.log",
                           "--model-control-mode", "explicit", "--load-model", "*",

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest_http import ServeProcess
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
+from serve_process import HttpServeProcess as ServeProcess
 from tritonclient.utils import InferenceServerException
 
 from infercore.testing import RepositoryBuilder

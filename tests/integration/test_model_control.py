@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest_http import free_port
+from serve_process import free_port
 from tritonclient.utils import InferenceServerException
 
 from infercore.testing import RepositoryBuilder

@@ -5,13 +5,6 @@ from __future__ import annotations
 
 import http.client
 import logging
-import os
-import queue
-import socket
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
+from serve_process import ServeOutput as _Serve
+from serve_process import free_port as _free_port
 
 from infercore import Server
 
@@ -54,59 +49,6 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
         return responses
 """
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class _Serve:
-    """``python -m infercore serve``; its output lines are read as they come."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "infercore", "serve", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, name="serve-output", daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, timeout: float = 60.0) -> None:
-        """Block until a line containing ``text`` is printed (the process says it is up);
-        lines already read count, in order."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no '{text}' from infercore serve: {''.join(self.output)}")
-            try:
-                line = self.lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise RuntimeError(f"infercore serve exited: {''.join(self.output)}")
-            self.output.append(line)
-            if text in line:
-                return
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
 
 
 @pytest.fixture

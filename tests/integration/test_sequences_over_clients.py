@@ -13,18 +13,17 @@ import json
 import queue
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from serve_process import HttpServeProcess as ServeProcess
+from serve_process import free_port
 from tritonclient.utils import InferenceServerException
 
 from infercore.testing import RepositoryBuilder
-
-if TYPE_CHECKING:
-    from conftest_http import ServeProcess
 
 pytest_plugins = ["conftest_http"]
 
@@ -133,8 +132,6 @@ class Both:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Both]:
-    from conftest_http import ServeProcess, free_port  # loaded as a plugin (rewritten)
-
     root = tmp_path_factory.mktemp("sequences")
     repo = RepositoryBuilder(root / "models")
     repo.add_model("state_acc", config=STATE_CONFIG, model_py=STATE_PY)
