@@ -31,6 +31,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ..errors import InvalidArgumentError
 from ..server import Server
+from .flag_types import boolean, int_at_least, port
 from .grpc_infer import InferService
 from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
 from .grpc_stream import StreamSession
@@ -123,32 +124,7 @@ class GrpcOptions:
 
 
 # -- flags ---------------------------------------------------------------------------------
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
 
-
-def _int(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
-
-def _port(text: str) -> int:
-    value = _int(0)(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"port must be in [0, 65535], got {value}")
-    return int(value)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,11 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("GRPC", "The KServe v2 gRPC endpoint with Triton's "
                                        "extensions.")
     add = group.add_argument
-    add("--allow-grpc", type=_bool, default=True, metavar="BOOL",
+    add("--allow-grpc", type=boolean, default=True, metavar="BOOL",
         help="serve gRPC (default true)")
-    add("--grpc-port", type=_port, default=defaults.port, metavar="PORT")
+    add("--grpc-port", type=port, default=defaults.port, metavar="PORT")
     add("--grpc-address", default=defaults.address, metavar="ADDRESS")
-    add("--reuse-grpc-port", type=_bool, default=False, metavar="BOOL",
+    add("--reuse-grpc-port", type=boolean, default=False, metavar="BOOL",
         help="let several servers bind the gRPC port (SO_REUSEPORT)")
     add("--grpc-header-forward-pattern", default="", metavar="REGEX",
         help="forward request headers whose name matches as inference request parameters")
@@ -171,8 +147,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "inference, shared-memory, model-config, model-repository, statistics, trace, "
              "logging) only for calls with the metadata triton-grpc-protocol-KEY: VALUE; "
              "repeatable, one group per flag")
-    add("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
-    add("--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL",
+    add("--grpc-use-ssl", type=boolean, default=False, metavar="BOOL")
+    add("--grpc-use-ssl-mutual", type=boolean, default=False, metavar="BOOL",
         help="TLS with client certificates; implies --grpc-use-ssl")
     add("--grpc-server-cert", default="", metavar="PEM")
     add("--grpc-server-key", default="", metavar="PEM")
@@ -181,32 +157,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--grpc-infer-response-compression-level", default="none",
         choices=list(COMPRESSION_LEVELS), metavar="LEVEL",
         help="compress inference responses: none (default), low, medium or high")
-    add("--grpc-max-message-size", type=_int(1), default=MAX_MESSAGE_SIZE, metavar="BYTES",
+    add("--grpc-max-message-size", type=int_at_least(1), default=MAX_MESSAGE_SIZE, metavar="BYTES",
         help="largest message received or sent (infercore flag; tritonserver fixes it at "
              "2^31-1, the default)")
-    add("--grpc-keepalive-time", type=_int(1), default=defaults.keepalive_time_ms,
+    add("--grpc-keepalive-time", type=int_at_least(1), default=defaults.keepalive_time_ms,
         metavar="MS", help="idle time before a keepalive ping (default 7200000)")
-    add("--grpc-keepalive-timeout", type=_int(1), default=defaults.keepalive_timeout_ms,
+    add("--grpc-keepalive-timeout", type=int_at_least(1), default=defaults.keepalive_timeout_ms,
         metavar="MS", help="wait for a ping's acknowledgement (default 20000)")
-    add("--grpc-keepalive-permit-without-calls", type=_bool, default=False, metavar="BOOL",
+    add("--grpc-keepalive-permit-without-calls", type=boolean, default=False, metavar="BOOL",
         help="allow keepalive pings with no call in flight (default false)")
-    add("--grpc-http2-max-pings-without-data", type=_int(0),
+    add("--grpc-http2-max-pings-without-data", type=int_at_least(0),
         default=defaults.http2_max_pings_without_data, metavar="N",
         help="pings sent without data before more are held back (0: no limit; default 2)")
-    add("--grpc-http2-min-recv-ping-interval-without-data", type=_int(0),
+    add("--grpc-http2-min-recv-ping-interval-without-data", type=int_at_least(0),
         default=defaults.http2_min_recv_ping_interval_without_data_ms, metavar="MS",
         help="shorter intervals between received pings are strikes (default 300000)")
-    add("--grpc-http2-max-ping-strikes", type=_int(0), default=defaults.http2_max_ping_strikes,
-        metavar="N", help="strikes before GOAWAY (0: no limit; default 2)")
-    add("--grpc-max-connection-age", type=_int(0), default=0, metavar="MS",
+    add("--grpc-http2-max-ping-strikes", type=int_at_least(0),
+        default=defaults.http2_max_ping_strikes, metavar="N",
+        help="strikes before GOAWAY (0: no limit; default 2)")
+    add("--grpc-max-connection-age", type=int_at_least(0), default=0, metavar="MS",
         help="close connections older than this (default: no limit)")
-    add("--grpc-max-connection-age-grace", type=_int(0), default=0, metavar="MS",
+    add("--grpc-max-connection-age-grace", type=int_at_least(0), default=0, metavar="MS",
         help="time for a connection's calls to end after its max age (default: no limit)")
     # Tuning knobs of tritonserver's C++ handlers, which this frontend does not have:
     # accepted so that tritonserver command lines keep working, without effect.
     for flag in ("--grpc-infer-allocation-pool-size", "--grpc-infer-thread-count",
                  "--grpc-max-response-pool-size"):
-        add(flag, type=_int(1), default=None, metavar="N",
+        add(flag, type=int_at_least(1), default=None, metavar="N",
             help="accepted for compatibility; no effect")
 
 

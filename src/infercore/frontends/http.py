@@ -23,6 +23,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ..server import Server
+from .flag_types import boolean, int_at_least, port
 from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
 from .loop_thread import LoopThreadFrontend
@@ -50,51 +51,28 @@ class HttpOptions:
     restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
 
 
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
 
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port '{text}'") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in [0, 65535], got {value}")
-    return value
+_POSITIVE = int_at_least(1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """tritonserver's HTTP flags."""
     group = parser.add_argument_group("HTTP", "The KServe v2 HTTP/REST endpoint with Triton's "
                                        "extensions.")
-    group.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL",
+    group.add_argument("--allow-http", type=boolean, default=True, metavar="BOOL",
                        help="serve HTTP/REST (default true)")
-    group.add_argument("--http-port", type=_port, default=8000, metavar="PORT")
+    group.add_argument("--http-port", type=port, default=8000, metavar="PORT")
     group.add_argument("--http-address", default="0.0.0.0", metavar="ADDRESS")
-    group.add_argument("--reuse-http-port", type=_bool, default=False, metavar="BOOL",
+    group.add_argument("--reuse-http-port", type=boolean, default=False, metavar="BOOL",
                        help="let several servers bind the HTTP port (SO_REUSEPORT)")
     group.add_argument(
-        "--http-thread-count", type=_positive, default=8, metavar="N",
+        "--http-thread-count", type=_POSITIVE, default=8, metavar="N",
         help="threads for blocking endpoints (model load/unload); requests are served by "
              "one event-loop thread")
     group.add_argument(
-        "--http-max-input-size", type=_positive, default=DEFAULT_MAX_INPUT_SIZE,
+        "--http-max-input-size", type=_POSITIVE, default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES", help="largest accepted request body, after decompression "
                               "(default 64 MiB)")
     group.add_argument(

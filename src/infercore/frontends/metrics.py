@@ -26,6 +26,7 @@ import httptools
 from ..errors import InvalidArgumentError
 from ..metrics import parse_metrics_config
 from ..server import Server
+from .flag_types import boolean, int_at_least, port
 
 __all__ = ["MetricsFrontend", "add_arguments", "from_args", "options_from_args"]
 
@@ -34,41 +35,22 @@ logger = logging.getLogger(__name__)
 _CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
-
-
-def _int_at_least(minimum: int, maximum: int | None = None) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"{value} is out of range")
-        return value
-    return parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """tritonserver's metrics flags."""
     group = parser.add_argument_group("Metrics", "Prometheus text at /metrics.")
-    group.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL",
+    group.add_argument("--allow-metrics", type=boolean, default=True, metavar="BOOL",
                        help="serve metrics (default true)")
-    group.add_argument("--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL",
+    group.add_argument("--allow-gpu-metrics", type=boolean, default=True, metavar="BOOL",
                        help="GPU metrics (accepted; infercore reports none)")
-    group.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL",
+    group.add_argument("--allow-cpu-metrics", type=boolean, default=True, metavar="BOOL",
                        help="nv_cpu_* metrics from /proc (default true)")
     group.add_argument("--metrics-address", default=None, metavar="ADDRESS",
                        help="default: the --http-address (as tritonserver)")
-    group.add_argument("--metrics-port", type=_int_at_least(0, 65535), default=8002,
+    group.add_argument("--metrics-port", type=port, default=8002,
                        metavar="PORT")
-    group.add_argument("--metrics-interval-ms", type=_int_at_least(1), default=2000,
+    group.add_argument("--metrics-interval-ms", type=int_at_least(1), default=2000,
                        metavar="MS", help="how often CPU metrics are re-read (default 2000)")
     group.add_argument("--metrics-config", action="append", default=[],
                        metavar="SETTING=VALUE",
