@@ -37,6 +37,7 @@ call from several loading threads at once.
 
 from __future__ import annotations
 
+import enum
 import importlib
 import importlib.metadata
 import importlib.util
@@ -65,6 +66,7 @@ __all__ = [
     "BackendInstance",
     "BackendModel",
     "InstanceInfo",
+    "InstanceState",
     "ModelContext",
     "backend_settings",
     "get_backend",
@@ -98,6 +100,17 @@ class ModelContext:
     @property
     def decoupled(self) -> bool:
         return bool(self.config.model_transaction_policy.decoupled)
+
+
+class InstanceState(str, enum.Enum):
+    """The life of an instance that runs outside the server's threads (a worker process,
+    a Ray actor): started, serving, being replaced after a death, given up, finalized."""
+
+    STARTING = "starting"
+    READY = "ready"
+    RESTARTING = "restarting"
+    FAILED = "failed"
+    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)

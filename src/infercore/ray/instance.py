@@ -36,7 +36,6 @@ restart count and the per-node figures; ``_changed`` (on ``_lock``) tells
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -45,7 +44,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backends.base import InstanceInfo
+from ..backends.base import InstanceInfo, InstanceState
 from ..errors import TritonError, UnavailableError
 from ..payload import Payload
 from ..request import InferRequest
@@ -103,14 +102,6 @@ class Cluster(Protocol):
         ...
 
     def kill(self, actor_or_launch: Any) -> None: ...
-
-
-class InstanceState(str, enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    RESTARTING = "restarting"
-    FAILED = "failed"
-    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)

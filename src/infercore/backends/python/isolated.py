@@ -34,7 +34,6 @@ retired ones; ``_changed`` tells waiters that a restart ended.
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc import model_config_pb2
 
 from ...errors import InternalError, InvalidArgumentError, TritonError
-from ..base import InstanceInfo, ModelContext
+from ..base import InstanceInfo, InstanceState, ModelContext
 from .isolated_worker import WorkerHandle, WorkerSettings, WorkerUnreachable
 from .worker_spawner import FORKSERVER, START_METHODS
 
@@ -188,14 +187,6 @@ class IsolatedModel:
 
     def finalize(self) -> None:
         """Nothing to do: each instance finalized its own worker."""
-
-
-class InstanceState(str, enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    RESTARTING = "restarting"
-    FAILED = "failed"
-    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)
