@@ -209,7 +209,7 @@ class Server:
                 f"the exit timeout must be a number of seconds >= 0, got {seconds!r}")
         self._exit_timeout = float(seconds)
         # The manager drains unloaded versions (polls, failed reloads) for this long too.
-        self._manager._unload_timeout = self._exit_timeout
+        self._manager.unload_timeout = self._exit_timeout
 
     async def astart(self, *, wait_until_ready: bool = False) -> Server:
         return await asyncio.to_thread(self.start, wait_until_ready=wait_until_ready)

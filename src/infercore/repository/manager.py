@@ -112,7 +112,8 @@ class RepositoryManager:
         self._infer = infer
         self._namespacing = namespacing
         self._load_thread_count = load_thread_count
-        self._unload_timeout = unload_timeout
+        # seconds an unloaded version may drain (Server.set_exit_timeout changes it)
+        self.unload_timeout = unload_timeout
         self._loader = ModelLoader(
             strict_model_config=strict_model_config, model_config_name=model_config_name,
             backend_configuration=backend_configuration, environment=environment,
@@ -465,7 +466,7 @@ class RepositoryManager:
         all-or-nothing load)."""
         namespace, name = key
         for model in loaded.values():
-            model.unload(self._unload_timeout)  # never served, nothing in flight
+            model.unload(self.unload_timeout)  # never served, nothing in flight
         summary = "".join(f"version {v} is at UNAVAILABLE state: {reason};"
                           for v, reason in sorted(errors.items()))
         for version in fresh:
@@ -598,7 +599,7 @@ class RepositoryManager:
                 timeout: float | None = None) -> None:
         """Unload versions no longer published: each drains its in-flight requests."""
         namespace, name = key
-        timeout = self._unload_timeout if timeout is None else timeout
+        timeout = self.unload_timeout if timeout is None else timeout
         for version in models:
             if version not in still_serving:
                 self.states.set(name, version, ModelState.UNLOADING, namespace=namespace)
