@@ -16,13 +16,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .cache import ResponseCache
 from .errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
 from .handle import Model
+from .lifecycle import StartStop
 from .logs import LogLevel, LogSettings, LogSettingsManager, log_enabled, log_message
 from .metrics import MetricsSettings, ServerMetrics
 from .model import LoadedModel, ModelEnvironment
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 _EXTENSIONS = ("model_configuration", "parameters", "statistics")
 
 
-class Server:
+class Server(StartStop):
     """An inference server running in this process.
 
     ``Server(Options(model_repository=...))`` or ``Server(model_repository=...)``; then
@@ -213,23 +213,6 @@ class Server:
 
     async def astart(self, *, wait_until_ready: bool = False) -> Server:
         return await asyncio.to_thread(self.start, wait_until_ready=wait_until_ready)
-
-    async def astop(self) -> None:
-        await asyncio.to_thread(self.stop)
-
-    def __enter__(self) -> Server:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Server:
-        return await self.astart()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.astop()
 
     # -- health and descriptions -----------------------------------------------------------
     def live(self) -> bool:

@@ -26,7 +26,6 @@ import ssl as ssl_module
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from types import TracebackType
 from typing import Any, TypeVar
 
 from ..errors import (
@@ -38,6 +37,7 @@ from ..errors import (
     UnavailableError,
     UnsupportedError,
 )
+from ..lifecycle import StartStop
 from ..repository.states import ModelIndexEntry, ModelState
 from ..request import InferRequest
 from ..response import InferResponse, ResponseStream
@@ -75,7 +75,7 @@ class _Call:
         self.task: asyncio.Task[None] | None = None
 
 
-class RemoteServer:
+class RemoteServer(StartStop):
     """A remote inference server with the in-process ``Server``'s API.
 
     ``url`` is ``host:port``, optionally with a scheme (``http://``, ``https://``,
@@ -159,23 +159,6 @@ class RemoteServer:
         self._loop.stop(self._shutdown(wait))
 
     close = stop
-
-    async def astop(self) -> None:
-        await asyncio.to_thread(self.stop)
-
-    def __enter__(self) -> RemoteServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> RemoteServer:
-        return await self.astart()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.astop()
 
     def _ensure_started(self) -> None:
         if self._state == "started":
