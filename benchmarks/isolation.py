@@ -137,11 +137,14 @@ def build_repository(root: Path) -> RepositoryBuilder:
     return repo
 
 
-def throughput(server: Server, model: str, loop: int, seconds: float) -> float:
-    """Requests per second of CLIENTS threads, each sending one request at a time."""
+def throughput(server: Server, model: str, loop: int, seconds: float, *, warm: int = 1
+               ) -> float:
+    """Requests per second of CLIENTS threads, each sending one request at a time, to a
+    CPU_PY model, after ``warm`` requests."""
     handle = server.model(model)
     inputs = {"N": np.array([loop], dtype=np.int64)}
-    handle.infer(inputs).result()  # warm
+    for _ in range(warm):
+        handle.infer(inputs).result()
     stop = time.monotonic() + seconds
     counts = [0] * CLIENTS
     start_line = threading.Barrier(CLIENTS + 1)

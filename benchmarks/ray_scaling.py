@@ -30,11 +30,12 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+import isolation
 import numpy as np
+from isolation import CLIENTS, CPU_PY
 from perf_doc import write_section
 
 from infercore import Server
@@ -42,7 +43,6 @@ from infercore.testing import RepositoryBuilder
 
 MARK_BEGIN = "<!-- ray_scaling:begin -->"
 MARK_END = "<!-- ray_scaling:end -->"
-CLIENTS = 4
 STORE_BYTES = 200 * 1024 * 1024
 SMALL = (1, 16)
 LARGE = (1, 256 * 1024)  # FP32: 1 MiB
@@ -56,23 +56,6 @@ instance_group [ {groups} ]
 {extra}
 """
 
-CPU_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
-            total = 0
-            for i in range(n):  # pure Python: holds the GIL throughout
-                total += i * i % 7
-            out = pb_utils.Tensor("OUT", np.array([total], dtype=np.int64))
-            responses.append(pb_utils.InferenceResponse([out]))
-        return responses
-"""
 
 ECHO_CONFIG = """
 name: "{name}"
@@ -124,29 +107,8 @@ def build_repository(root: Path) -> RepositoryBuilder:
 
 
 def throughput(server: Server, model: str, loop: int, seconds: float) -> float:
-    """Requests per second of CLIENTS threads, each sending one request at a time."""
-    handle = server.model(model)
-    inputs = {"N": np.array([loop], dtype=np.int64)}
-    for _ in range(CLIENTS):
-        handle.infer(inputs).result()  # warm
-    stop = time.monotonic() + seconds
-    counts = [0] * CLIENTS
-    start_line = threading.Barrier(CLIENTS + 1)
-
-    def client(index: int) -> None:
-        start_line.wait()
-        while time.monotonic() < stop:
-            handle.infer(inputs).result()
-            counts[index] += 1
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-    for thread in threads:
-        thread.start()
-    begin = time.monotonic()
-    start_line.wait()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.monotonic() - begin)
+    # one warm request per client: each Ray actor's first call is slow
+    return isolation.throughput(server, model, loop, seconds, warm=CLIENTS)
 
 
 def latency_us(server: Server, model: str, shape: tuple[int, int], calls: int) -> float:
