@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from integration.serve_process import ServeProcess
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
+from sample_models import DECOUPLED_COUNTER_CONFIG as COUNTER_CONFIG
+from sample_models import DECOUPLED_COUNTER_PY as COUNTER_PY
 
 from infercore import ModelControlMode, RemoteServer, Server
 from infercore.testing import RepositoryBuilder
@@ -31,39 +33,6 @@ API_KINDS: tuple[str, ...] = ("inprocess", "http", "grpc")
 _TRITON = os.environ.get("INFERCORE_TEST_TRITON", "")
 if _TRITON:
     API_KINDS += ("triton-http", "triton-grpc")
-
-# Decoupled: COUNT responses 0..COUNT-1, then a bare final flag. A negative COUNT sends
-# an error response first, then one normal response, then the final flag.
-COUNTER_CONFIG = """
-name: "counter"
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "COUNT", data_type: TYPE_INT32, dims: [ 1 ] } ]
-output [ { name: "INDEX", data_type: TYPE_INT32, dims: [ 1 ] } ]
-instance_group [ { count: 1, kind: KIND_CPU } ]
-"""
-
-COUNTER_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
-            sender = request.get_response_sender()
-            if count < 0:
-                sender.send(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("negative count")))
-                count = 1
-            for index in range(count):
-                sender.send(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("INDEX", np.array([index], np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
 
 # Decoupled, one instance: answers "started" at once, then runs until cancelled (or
 # SECONDS), then ends with a bare final flag. A second request waits for the first.

@@ -15,6 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES
+from sample_models import DECOUPLED_COUNTER_CONFIG as COUNTER_CONFIG
+from sample_models import DECOUPLED_COUNTER_PY as COUNTER_PY
 from serve_process import GrpcServeProcess
 
 from infercore.testing import RepositoryBuilder
@@ -138,40 +140,6 @@ class TritonPythonModel:
                     output_tensors=[pb_utils.Tensor("SLEPT", seconds)]))
         return responses
 """
-
-# Decoupled: COUNT responses 0..COUNT-1, then a bare final flag. A negative COUNT sends
-# an error response first, then one normal response, then the final flag.
-COUNTER_CONFIG = """
-name: "counter"
-backend: "python"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input [ { name: "COUNT", data_type: TYPE_INT32, dims: [ 1 ] } ]
-output [ { name: "INDEX", data_type: TYPE_INT32, dims: [ 1 ] } ]
-instance_group [ { count: 1, kind: KIND_CPU } ]
-"""
-
-COUNTER_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        for request in requests:
-            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
-            sender = request.get_response_sender()
-            if count < 0:
-                sender.send(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("negative count")))
-                count = 1
-            for index in range(count):
-                sender.send(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("INDEX", np.array([index], np.int32))]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        return None
-"""
-
 
 def build_repository(path: Path) -> Path:
     repo = RepositoryBuilder(path)
