@@ -101,7 +101,7 @@ class Model:
             bind_trace(request, trace)
         # Through the server, which hands a request that meets a reload's swap to the
         # version serving now.
-        return self._server.infer(request, raise_on_error=raise_on_error)
+        return self._server._infer_on(loaded, request, raise_on_error=raise_on_error)
 
     # Triton's API returns an async iterator from async_infer; our stream is one already.
     async_infer = infer

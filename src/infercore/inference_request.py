@@ -292,7 +292,7 @@ class InferenceRequest:
                 delivery.placement = OutputPlacement(
                     self._buffers, self.output_allocator, self._memory_type,
                     self.output_memory_type_id)
-            server.infer(request, raise_on_error=raise_on_error, callback=delivery)
+            server._infer_on(loaded, request, raise_on_error=raise_on_error, callback=delivery)
             if delivery.sink is None:
                 # A reader blocked on the stream may run the still-queued request itself,
                 # as for model.infer(inputs=...); it tries once, and a request taken by

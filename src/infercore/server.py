@@ -276,7 +276,20 @@ class Server(StartStop):
         thread that produced it, in order (``response`` is None for a bare final flag),
         instead of being queued on the stream; the callback must not block.
         """
-        loaded = self._resolve(request.model_name, request.model_version)
+        return self._infer_on(self._resolve(request.model_name, request.model_version),
+                              request, raise_on_error=raise_on_error, callback=callback,
+                              consume_now=consume_now)
+
+    def _infer_on(
+        self,
+        loaded: LoadedModel,
+        request: InferRequest,
+        *,
+        raise_on_error: bool = True,
+        callback: Callable[[InferResponse | None, bool], None] | None = None,
+        consume_now: bool = False,
+    ) -> ResponseStream:
+        """``infer`` for a caller that has resolved the request's model already."""
         try:
             return loaded.infer(request, raise_on_error=raise_on_error, callback=callback,
                                 consume_now=consume_now)
