@@ -23,7 +23,6 @@ Runs on the frontend's event-loop thread, as a coroutine the connection starts a
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 import orjson
 
 from ..errors import InternalError, InvalidArgumentError, TritonError
+from ..generate_schema import generate_shape
 from ..request import InferRequest, ParameterValue
 from ..response import InferResponse, ResponseStream
 from ..server import Server
@@ -203,18 +203,8 @@ def _tensor(name: str, value: Any, spec: Mapping[str, Any]) -> Tensor:
 
 
 def _shape(name: str, dims: list[int], count: int) -> list[int]:
-    """Triton's shape for ``count`` elements: fixed dimensions as configured, the
-    innermost variable one gets what is left, the other variable ones 1."""
-    fixed = math.prod(d for d in dims if d >= 0)
-    variable = [i for i, d in enumerate(dims) if d < 0]
-    shape = [1 if d < 0 else d for d in dims]
-    if fixed == 0:
-        left = 0 if count == 0 else -1
-    else:
-        left = count // fixed if count % fixed == 0 else -1
-    if variable and left >= 0:
-        shape[variable[-1]] = left
-    elif left != 1 and not (fixed == 0 and left == 0):
+    shape = generate_shape(dims, count)
+    if shape is None:
         raise InvalidArgumentError(
             f"The schema can not convert input '{name}' to tensor with proper shape")
     return shape

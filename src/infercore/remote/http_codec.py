@@ -6,20 +6,19 @@ binary tensor extension, ``Inference-Header-Content-Length``) and ask for binary
 so no tensor goes through JSON numbers. Outputs are read as views of the received body.
 
 Generate (``generate_stream``) carries inputs and outputs as flat JSON values that the
-server shapes from the model's metadata; ``generate_shape`` applies the same rule, so a
+server shapes from the model's metadata; ``generate_schema.generate_shape`` is that rule, so a
 tensor whose shape that rule would not rebuild is refused before it is sent.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 
 from ..errors import InternalError, InvalidArgumentError, UnsupportedError
+from ..generate_schema import generate_shape
 from ..request import InferRequest, ParameterValue
 from ..response import InferResponse
 from ..tensor import DataType, Tensor
@@ -31,8 +30,7 @@ from .wire import (
     tensor_to_bytes,
 )
 
-__all__ = ["decode_generate_event", "decode_infer", "encode_generate", "encode_infer",
-           "generate_shape"]
+__all__ = ["decode_generate_event", "decode_infer", "encode_generate", "encode_infer"]
 
 _RESPONSE_KEYS = ("id", "model_name", "model_version")
 
@@ -123,25 +121,6 @@ def _version(value: Any) -> int:
 
 
 # -- generate schema ---------------------------------------------------------------------------
-
-def generate_shape(dims: Sequence[int], count: int) -> list[int] | None:
-    """The shape Triton's generate schema gives ``count`` elements for metadata ``dims``:
-    fixed dimensions as they are, the innermost variable one takes what is left, the other
-    variable ones 1. None when no shape fits."""
-    fixed = math.prod(d for d in dims if d >= 0)
-    variable = [i for i, d in enumerate(dims) if d < 0]
-    shape = [1 if d < 0 else d for d in dims]
-    if fixed == 0:
-        left = 0 if count == 0 else -1
-    else:
-        left = count // fixed if count % fixed == 0 else -1
-    if variable and left >= 0:
-        shape[variable[-1]] = left
-        return shape
-    if left == 1 or (fixed == 0 and left == 0):
-        return shape
-    return None
-
 
 def encode_generate(request: InferRequest, info: ModelInfo) -> bytes:
     """The body of ``POST .../generate_stream``; UnsupportedError for what the generate
