@@ -665,3 +665,34 @@ async def test_an_async_reader_asks_its_runner_for_a_loop_run_once():
     loop.call_soon(lambda: sender.send({}, final=True))
     assert (await stream) is not None
     assert runner.calls == [True]
+
+
+# -- a consumer that is neither a thread nor a task (the gRPC completion-queue thread) ----
+def test_next_nowait_takes_what_has_arrived_without_waiting():
+    _, stream, sender = _make(raise_on_error=False)
+    assert stream.next_nowait() is None
+    sender.send(_out(1), final=False)
+    sender.send_error(InvalidArgumentError("bad"))
+    assert _value(stream.next_nowait()) == 1
+    assert isinstance(stream.next_nowait().error, InvalidArgumentError)  # returned, not raised
+    assert stream.next_nowait() is None and stream.done
+
+
+def test_when_ready_notifies_once_on_the_producers_thread():
+    _, stream, sender = _make()
+    seen: list[str] = []
+    assert stream.when_ready(lambda: seen.append(threading.current_thread().name))
+    producer = threading.Thread(target=lambda: sender.send(_out(7)), name="producer")
+    producer.start()
+    producer.join(WAIT_S)
+    assert seen == ["producer"]
+    assert _value(stream.next_nowait()) == 7
+    assert not stream.when_ready(lambda: seen.append("again"))  # ended: nothing to wait for
+    assert seen == ["producer"]
+
+
+def test_when_ready_is_false_when_a_response_is_there_already():
+    _, stream, sender = _make()
+    sender.send(_out(2), final=False)
+    assert not stream.when_ready(lambda: pytest.fail("must not be called"))
+    assert _value(stream.next_nowait()) == 2

@@ -25,7 +25,8 @@ from .errors import CancelledError, InternalError, TritonError
 from .request import InferRequest, ParameterValue
 from .tensor import Tensor
 
-__all__ = ["InferResponse", "ResponseSender", "ResponseStream", "on_event_loop"]
+__all__ = ["InferResponse", "ResponseSender", "ResponseStream", "mark_serving_thread",
+           "on_event_loop"]
 
 _allocate_lock = threading.Lock
 
@@ -36,10 +37,20 @@ class InlineRunner(Protocol):
         ...
 
 
+_serving = threading.local()
+
+
+def mark_serving_thread() -> None:
+    """Mark the calling thread as one that serves many clients without an asyncio loop
+    (the gRPC frontend's completion-queue thread): like an event loop, it must never be
+    stalled by a long execution."""
+    _serving.marked = True
+
+
 def on_event_loop() -> bool:
-    """Whether the calling thread is running an asyncio event loop (which must never be
-    stalled by a long execution)."""
-    return asyncio._get_running_loop() is not None
+    """Whether the calling thread is running an asyncio event loop, or is marked as a
+    serving thread: either must never be stalled by a long execution."""
+    return asyncio._get_running_loop() is not None or getattr(_serving, "marked", False)
 
 
 class InferResponse:
@@ -157,6 +168,21 @@ class ResponseStream:
             raise response.error
         return response
 
+    def next_nowait(self) -> InferResponse | None:
+        """The next response if one has arrived, else None (does not raise its error)."""
+        with self._lock:
+            return self._items.popleft() if self._items else None
+
+    def when_ready(self, notify: Callable[[], None]) -> bool:
+        """Call ``notify()`` once, on the producer's thread, when the next response or the
+        end arrives; False (and no call) if one is there already. For a consumer that is
+        neither a blocked thread nor an asyncio task (the gRPC completion-queue thread)."""
+        with self._lock:
+            if self._items or self._done:
+                return False
+            self._waiter = _Notify(notify)
+        return True
+
     def __iter__(self) -> Iterator[InferResponse]:
         return self
 
@@ -251,6 +277,15 @@ class ResponseStream:
 
     def __repr__(self) -> str:
         return f"ResponseStream(model={self._request.model_name!r}, done={self._done})"
+
+
+class _Notify:
+    """Parks a callback where a blocked consumer's lock would be (``_push`` releases it)."""
+
+    __slots__ = ("release",)
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.release = notify
 
 
 _BARE_FINAL = object()  # a held final flag without a response

@@ -310,3 +310,24 @@ def test_a_client_deadline_cancels_the_request(client):
         time.sleep(0.02)  # the server process records the cancelled execution
     assert failures() == before + 1
     assert time.monotonic() - started < 5  # the model stopped, it did not run 30 s
+
+
+def test_a_long_request_does_not_hold_up_short_ones(client):
+    # The slow model runs on its instance thread and is answered from there; meanwhile
+    # the transport keeps answering add_sub (which runs where the call arrives).
+    seconds = grpcclient.InferInput("SECONDS", [1], "FP32")
+    seconds.set_data_from_numpy(np.array([60.0], np.float32))
+    results: list[object] = []
+    call = client.async_infer("slow", [seconds],
+                              lambda result, error: results.append(result or error))
+    a = np.full((1, 4), 2.0, np.float32)
+    for _ in range(20):
+        out = client.infer("add_sub", _inputs(a, a)).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, a + a)
+    assert results == []  # all twenty were answered while the slow one still ran
+    call.cancel()
+    deadline = time.monotonic() + 30
+    while not results and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert isinstance(results[0], InferenceServerException)
+    assert results[0].status() == "StatusCode.CANCELLED"

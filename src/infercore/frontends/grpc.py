@@ -1,14 +1,21 @@
 """The KServe v2 gRPC frontend with Triton's extensions: flags and lifecycle.
 
 ``add_arguments`` adds tritonserver's gRPC flags to ``infercore serve``; ``from_args``
-builds the frontend they ask for. ``GrpcFrontend`` serves one Server with grpc.aio's
-server (C-core transport) and the ``inference.GRPCInferenceService`` messages from
-tritonclient, plus grpc.health.v1's Check, as tritonserver does.
+builds the frontend they ask for. ``GrpcFrontend`` serves one Server over gRPC core with
+the ``inference.GRPCInferenceService`` messages from tritonclient, plus
+grpc.health.v1's Check, as tritonserver does.
 
-Threads: ``start`` and ``stop`` run on the owner's thread. The frontend owns one thread,
-``infercore-grpc``, running the event loop on which every RPC is handled (grpc's own
-C-core threads feed it), and a small pool, ``infercore-grpc-repository-*``, for the
-blocking model load/unload RPCs. It starts both and joins both.
+Transports (``GrpcOptions.transport``): ``core`` (the default) takes calls from gRPC
+core's completion queue on a thread of its own and answers ModelInfer there
+(grpc_core.py); the other methods run on the event loop (grpc_bridge.py). ``aio`` runs
+every method on grpc.aio's server instead: slower, kept for grpcio releases whose
+Cython layer grpc_core.py cannot use.
+
+Threads: ``start`` and ``stop`` run on the owner's thread. The frontend owns the thread
+``infercore-grpc``, running the event loop on which the methods other than ModelInfer
+run, the completion-queue thread ``infercore-grpc-cq`` (core transport), and a small
+pool, ``infercore-grpc-repository-*``, for the blocking model load/unload RPCs. It starts
+and joins them all.
 
 Shutdown (``stop(timeout)``): stop accepting connections and new requests on open
 streams, let in-flight RPCs finish within ``timeout`` seconds, cancel the rest (which
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +40,8 @@ from tritonclient.grpc import service_pb2 as pb
 from ..errors import InvalidArgumentError
 from ..server import Server
 from .flag_types import boolean, int_at_least, port
+from .grpc_bridge import LoopBridge
+from .grpc_core import CoreServer, DirectUnary
 from .grpc_infer import InferService
 from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
 from .grpc_stream import StreamSession
@@ -44,6 +54,7 @@ __all__ = ["GrpcFrontend", "GrpcOptions", "add_arguments", "from_args"]
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 2**31 - 1  # tritonserver's fixed limit (INT32_MAX), tritonclient's too
+TRANSPORTS = ("core", "aio")
 
 # --grpc-infer-response-compression-level -> the algorithm gRPC core picks for that level
 # when the peer accepts gzip and deflate (as every gRPC client does): low is gzip, medium
@@ -80,6 +91,7 @@ class GrpcOptions:
     max_connection_age_ms: int = 0  # 0: unlimited
     max_connection_age_grace_ms: int = 0  # 0: unlimited
     repository_thread_count: int = 4  # threads for blocking load / unload RPCs
+    transport: str = "core"  # one of TRANSPORTS (see the module doc)
     # --grpc-restricted-protocol: methods that answer only calls carrying a metadata key
     restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
 
@@ -179,6 +191,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="close connections older than this (default: no limit)")
     add("--grpc-max-connection-age-grace", type=int_at_least(0), default=0, metavar="MS",
         help="time for a connection's calls to end after its max age (default: no limit)")
+    add("--grpc-transport", default="core", choices=TRANSPORTS, metavar="TRANSPORT",
+        help="core (default): calls are taken from gRPC core on a thread of their own; "
+             "aio: grpc.aio's server (slower; infercore flag)")
     # Tuning knobs of tritonserver's C++ handlers, which this frontend does not have:
     # accepted so that tritonserver command lines keep working, without effect.
     for flag in ("--grpc-infer-allocation-pool-size", "--grpc-infer-thread-count",
@@ -209,6 +224,7 @@ def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:
         max_connection_age_ms=args.grpc_max_connection_age,
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         restricted=args.grpc_restricted_protocol,
+        transport=args.grpc_transport,
     ))
 
 
@@ -228,6 +244,10 @@ class GrpcFrontend(LoopThreadFrontend):
                 f"invalid gRPC response compression level "
                 f"'{self.options.response_compression}', expected one of "
                 + ", ".join(COMPRESSION_LEVELS))
+        if self.options.transport not in TRANSPORTS:
+            raise InvalidArgumentError(
+                f"invalid gRPC transport '{self.options.transport}', expected one of "
+                + ", ".join(TRANSPORTS))
         super().__init__(self.options.address, self.options.repository_thread_count,
                          "infercore-grpc-repository")
         self._server = server
@@ -239,7 +259,59 @@ class GrpcFrontend(LoopThreadFrontend):
         self.start()
         return self
 
+    def _address_and_credentials(self) -> tuple[str, grpc.ServerCredentials | None]:
+        host = self.options.address
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # an IPv6 address
+        return f"{host}:{self.options.port}", self.options.credentials()
+
     async def _serve(self) -> None:
+        if self.options.transport == "aio":
+            await self._serve_aio()
+        else:
+            await self._serve_core()
+
+    async def _serve_core(self) -> None:
+        options = self.options
+        self._stop_requested = asyncio.Event()
+        restricted = options.restricted
+        handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = {}
+        for service, table in ((SERVICE, self._service_handlers(direct=True)),
+                               (HEALTH_SERVICE, health_handlers(self._server))):
+            for name, handler in guard_grpc(table, restricted).items():
+                handlers[f"/{service}/{name}"] = handler
+        core = CoreServer(options.channel_args(), handlers,
+                          LoopBridge(asyncio.get_running_loop()))
+        address, credentials = self._address_and_credentials()
+        port = core.add_port(address, credentials)
+        if not port:
+            raise OSError(f"Socket '{address}' already in use")
+        core.start()
+        self._port = port
+        self._accepting = True
+        self._listening.set()
+        try:
+            await self._stop_requested.wait()
+        finally:
+            self._accepting = False
+            await self._stop_core(core)
+
+    async def _stop_core(self, core: CoreServer) -> None:
+        """Refuse new calls, let running ones finish within the grace period, cancel the
+        rest (their handlers cancel the engine requests), then end the queue thread."""
+        core.shutdown()
+        deadline = time.monotonic() + self._stop_timeout
+        while core.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        core.cancel_all()
+        # Cancelled calls end on this loop (bridged ones) or at once (ModelInfer).
+        deadline = time.monotonic() + 5.0
+        while core.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        if not await asyncio.to_thread(core.close, 5.0):
+            logger.error("the gRPC server did not shut down in time")
+
+    async def _serve_aio(self) -> None:
         options = self.options
         self._stop_requested = asyncio.Event()
         server = grpc.aio.server(options=options.channel_args())
@@ -250,11 +322,7 @@ class GrpcFrontend(LoopThreadFrontend):
             SERVICE, guard_grpc(self._service_handlers(), restricted))
         server.add_registered_method_handlers(
             HEALTH_SERVICE, guard_grpc(health_handlers(self._server), restricted))
-        host = options.address
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"  # an IPv6 address
-        address = f"{host}:{options.port}"
-        credentials = options.credentials()
+        address, credentials = self._address_and_credentials()
         try:
             if credentials is None:
                 port = server.add_insecure_port(address)
@@ -276,14 +344,18 @@ class GrpcFrontend(LoopThreadFrontend):
             # ends, then cancels them (their handlers cancel the engine requests).
             await server.stop(self._stop_timeout)
 
-    def _service_handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+    def _service_handlers(self, direct: bool = False
+                          ) -> dict[str, DirectUnary | grpc.RpcMethodHandler]:
+        """GRPCInferenceService's handlers; ``direct``: ModelInfer for grpc_core's queue
+        thread, the rest grpc.aio-style."""
         assert self._executor is not None
         options = self.options
         infer = InferService(self._server, self._shm,
                              compression=COMPRESSION_LEVELS[options.response_compression],
                              header_forward_pattern=options.header_forward_pattern)
-        handlers = CommonService(self._server, self._shm, self._executor).handlers()
-        handlers["ModelInfer"] = infer.handler()
+        handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = dict(
+            CommonService(self._server, self._shm, self._executor).handlers())
+        handlers["ModelInfer"] = infer.direct() if direct else infer.handler()
         forward, compression = infer.forward_pattern, infer.compression
 
         async def stream_infer(requests: Any, context: grpc.aio.ServicerContext) -> None:

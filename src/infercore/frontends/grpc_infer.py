@@ -3,13 +3,18 @@
 The handler receives the serialized request (grpc does no deserialization, so a malformed
 message becomes INVALID_ARGUMENT rather than an unexpected handler error), looks the model
 up first (an unknown model is NOT_FOUND whatever the body holds, as in Triton), decodes
-the request, and awaits the engine's ResponseStream. Awaiting lets the engine execute a
-short model inline on this thread, so a typical request never crosses threads; a long one
-parks this coroutine on a future its instance thread resolves.
+the request and starts it in the engine with ``consume_now``, which lets the engine
+execute a short model inline on the calling thread: a typical request never crosses
+threads. Two handlers, one per transport (grpc.py):
 
-Threads: everything here runs on the frontend's event-loop thread. Cancelling the RPC
-(client cancel, deadline, shutdown) cancels the awaiting coroutine, and through the
-stream the engine request.
+- ``model_infer_direct`` (the default, grpc_core.py) runs on the completion-queue thread.
+  When the model ran inline it answers at once; otherwise it watches the call for
+  cancellation and the instance thread that finishes the request sends the answer.
+- ``model_infer`` (``--grpc-transport=aio``) runs on the event loop and awaits the
+  stream; cancelling the RPC cancels the awaiting coroutine.
+
+Either way, cancelling the RPC (client cancel, deadline, shutdown) cancels the engine
+request.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ..errors import InternalError, InvalidArgumentError, UnsupportedError
 from ..handle import Model
-from ..response import InferResponse
+from ..response import InferResponse, ResponseStream
 from ..server import Server
 from .grpc_codec import DecodedRequest, decode_request, parse_version
+from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
 from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
@@ -90,6 +96,7 @@ class InferService:
         self._shm = shm
         self._compression = compression
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._reply_metadata = compression_metadata(compression)
 
     @property
     def forward_pattern(self) -> re.Pattern[str] | None:
@@ -98,6 +105,46 @@ class InferService:
     @property
     def compression(self) -> grpc.Compression | None:
         return self._compression
+
+    def direct(self) -> DirectUnary:
+        """The handler for grpc_core's completion-queue thread."""
+        return DirectUnary(self.model_infer_direct)
+
+    def model_infer_direct(self, call: UnaryCall, data: bytes) -> None:
+        try:
+            prepared = prepare(
+                self._server, self._shm, parse_request(data), self._forward,
+                call.metadata if self._forward is not None else None)
+            if prepared.decoupled:
+                raise UnsupportedError(_DECOUPLED)
+            stream = self._server.infer(prepared.decoded.request, raise_on_error=False,
+                                        consume_now=True)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            error = as_triton_error(exc)
+            call.fail(grpc_status(error), error.message)
+            return
+        # Watch for a cancel before an instance thread may answer (UnaryCall's rule);
+        # a request the model ran inline (the common case) needs no watch.
+        if not stream.done:
+            call.watch_cancel(stream.cancel)
+            if stream.when_ready(lambda: self._answer(call, stream, prepared)):
+                return
+        self._answer(call, stream, prepared)
+
+    def _answer(self, call: UnaryCall, stream: ResponseStream, prepared: Prepared) -> None:
+        """Send the (only) response of a finished request; on whichever thread has it."""
+        try:
+            response = stream.next_nowait()
+            if response is None:
+                raise InternalError("expected a single response, got 0")
+            if response.error is not None:
+                raise response.error
+            serialized = self._serialize(response, prepared)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            error = as_triton_error(exc)
+            call.fail(grpc_status(error), error.message)
+            return
+        call.reply(serialized, self._reply_metadata)
 
     def handler(self) -> grpc.RpcMethodHandler:
         # Bytes in, bytes out: model_infer parses the request itself (see module doc) and

@@ -22,13 +22,16 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import unquote
 
 import grpc
 
 from ..errors import InvalidArgumentError
+from .grpc_core import DirectUnary, UnaryCall
 from .http_messages import HttpRequest, error_response
+
+GrpcHandler: TypeAlias = grpc.RpcMethodHandler | DirectUnary
 
 __all__ = ["CATEGORIES", "GRPC_HEADER_PREFIX", "GRPC_METHOD_CATEGORIES",
            "GrpcRestrictionAction", "HttpRestrictionAction", "RestrictedFeatures",
@@ -239,8 +242,8 @@ def guard_http(handle: HttpHandler, features: RestrictedFeatures) -> HttpHandler
 
 
 # -- gRPC ----------------------------------------------------------------------------------
-def guard_grpc(handlers: Mapping[str, grpc.RpcMethodHandler],
-               features: RestrictedFeatures) -> dict[str, grpc.RpcMethodHandler]:
+def guard_grpc(handlers: Mapping[str, GrpcHandler],
+               features: RestrictedFeatures) -> dict[str, GrpcHandler]:
     """``handlers`` (by method name) with the restricted ones checking their metadata."""
     guarded = dict(handlers)
     if not features:
@@ -254,19 +257,33 @@ def guard_grpc(handlers: Mapping[str, grpc.RpcMethodHandler],
 
 
 def _allowed(context: grpc.aio.ServicerContext, key: str, value: str) -> bool:
-    for name, given in context.invocation_metadata() or ():
+    return _metadata_allows(context.invocation_metadata(), key, value)
+
+
+def _metadata_allows(metadata: Iterable[tuple[str, Any]] | None, key: str, value: str
+                     ) -> bool:
+    for name, given in metadata or ():
         if name == key:
-            return given == value
+            return bool(given == value)
     return False
 
 
-def _guard_handler(handler: grpc.RpcMethodHandler,
-                   restriction: Restriction) -> grpc.RpcMethodHandler:
+def _guard_handler(handler: GrpcHandler, restriction: Restriction) -> GrpcHandler:
     # gRPC metadata keys travel lower-cased; Triton compares them as given, so a key
     # with capitals could never match there. Matching lower-case is the useful reading.
     key = restriction.header.lower()
     value = restriction.value
     message = f"This protocol is restricted, expecting header '{restriction.header}'"
+    if isinstance(handler, DirectUnary):
+        direct = handler.behavior
+
+        def checked(call: UnaryCall, data: bytes) -> None:
+            if not _metadata_allows(call.metadata, key, value):
+                call.fail(grpc.StatusCode.UNAVAILABLE, message)
+                return
+            direct(call, data)
+
+        return DirectUnary(checked)
     if handler.unary_unary is not None:
         behavior = handler.unary_unary
 
