@@ -10,6 +10,11 @@ markers (one section per protocol; replaced if present, appended otherwise).
     python benchmarks/perf_compare.py                        # http, c 1,4,16, 2 rounds
     python benchmarks/perf_compare.py --protocols http,grpc --rounds 1
     python benchmarks/perf_compare.py --quick --no-write     # a smoke run, nothing written
+    python benchmarks/perf_compare.py --protocols grpc --ceiling  # + a constant-answer server
+
+``--ceiling`` adds the harness's constant-answer Python server (``limits/echo_server.py
+--mode fixed``: uvicorn for HTTP, grpc.aio for gRPC, the request ignored) to each round:
+what a Python server on the usual stack does with no work at all on this machine.
 
 The harness comes from ``--bench`` (default: ``../shared/bench`` next to the checkout),
 copied to a scratch folder and set up (``setup.sh``) when it has no ``.venv`` or is not
@@ -85,6 +90,10 @@ def run_harness(bench: Path, args: argparse.Namespace, out: Path) -> dict[str, A
                "--concurrency", args.concurrency, "--rounds", str(args.rounds),
                "--out", str(out),
                "--quiet-wait", str(args.quiet_wait)]
+    if args.ceiling:
+        command += ["--server", f"{CEILING}[{','.join(protocols)}]={{bench}}/.venv/bin/python "
+                    "{bench}/limits/echo_server.py --mode fixed --host {host} "
+                    "--http-port {http_port} --grpc-port {grpc_port}"]
     if args.quick:
         command += ["--interval-ms", "1000", "--max-trials", "3"]
     print("[perf_compare] " + " ".join(shlex.quote(c) for c in command), flush=True)
@@ -92,6 +101,7 @@ def run_harness(bench: Path, args: argparse.Namespace, out: Path) -> dict[str, A
     return json.loads(out.read_text())
 
 
+CEILING = "echo-fixed"  # the harness's constant-answer server (--ceiling)
 QUIET_CORES = 0.25  # other processes' CPU (cores) above which a measurement is noisy
 
 
@@ -141,13 +151,17 @@ def run_line(meta: dict[str, Any]) -> str:
 
 def comparison_table(summary: dict[tuple[str, str, int], dict[str, Any]], protocol: str
                      ) -> list[str]:
-    """Markdown rows: Triton's and infercore's figures per concurrency, and their ratios."""
+    """Markdown rows: Triton's and infercore's figures per concurrency, and their ratios
+    (and the constant-answer ceiling's, when it ran)."""
     concurrencies = sorted({conc for (_, proto, conc) in summary if proto == protocol})
-    lines = [
-        "| conc | Triton infer/s | p50 µs | p99 µs | infercore infer/s | p50 µs | p99 µs "
-        "| throughput × | p50 × | rounds used (T / i) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    ceiling = any(server == CEILING for (server, proto, _) in summary if proto == protocol)
+    head = ("| conc | Triton infer/s | p50 µs | p99 µs | infercore infer/s | p50 µs | p99 µs "
+            "| throughput × | p50 × |")
+    rule = "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if ceiling:
+        head += " ceiling infer/s | infercore / ceiling |"
+        rule += "---:|---:|"
+    lines = [head + " rounds used (T / i) |", rule + "---:|"]
     for conc in concurrencies:
         triton = summary.get(("triton", protocol, conc))
         ours = summary.get(("infercore", protocol, conc))
@@ -157,11 +171,17 @@ def comparison_table(summary: dict[tuple[str, str, int], dict[str, Any]], protoc
             p50_ratio = f"{ours['p50_us'] / triton['p50_us']:.2f}"
         used = " / ".join(f"{c['rounds_used']} of {c['rounds']}" if c else "-"
                           for c in (triton, ours))
-        lines.append(
+        line = (
             f"| {conc} | {_figure(triton, 'throughput_infer_s')} | {_figure(triton, 'p50_us')} "
             f"| {_figure(triton, 'p99_us')} | {_figure(ours, 'throughput_infer_s')} "
             f"| {_figure(ours, 'p50_us')} | {_figure(ours, 'p99_us')} | {ratio} "
-            f"| {p50_ratio} | {used} |")
+            f"| {p50_ratio} |")
+        if ceiling:
+            top = summary.get((CEILING, protocol, conc))
+            share = (f"{ours['throughput_infer_s'] / top['throughput_infer_s']:.2f}"
+                     if top and ours else "")
+            line += f" {_figure(top, 'throughput_infer_s')} | {share} |"
+        lines.append(f"{line} {used} |")
     return lines
 
 
@@ -183,9 +203,13 @@ def render(results: dict[str, Any], protocol: str, command: str) -> str:
         "",
         *comparison_table(summarize(results["rows"]), protocol),
         "",
-        LEGEND + " Both servers ran alone, one after the other, on the same machine "
+        LEGEND + " The servers ran alone, one after the other, on the same machine "
         "and model repository (Triton with its dynamic batcher, as configured; infercore's "
-        "dynamic batcher too).",
+        "dynamic batcher too)."
+        + (" ceiling: the harness's constant-answer Python server (`limits/echo_server.py "
+           "--mode fixed`; uvicorn for HTTP, grpc.aio for gRPC), which ignores the request "
+           "(so its `!` is expected: the constant answer fails the harness's check)."
+           if any(row.get("server") == CEILING for row in results["rows"]) else ""),
     ]
     return "\n".join(lines)
 
@@ -213,6 +237,8 @@ def main() -> int:
                              "processes to leave the CPUs (the machine is shared)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="short windows (smoke run)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also run the harness's constant-answer server (echo-fixed)")
     parser.add_argument("--out", help="where the harness writes its JSON results")
     parser.add_argument("--results", help="render this harness JSON instead of running")
     parser.add_argument("--write", default=str(PERFORMANCE_MD),
