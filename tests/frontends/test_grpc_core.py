@@ -48,6 +48,10 @@ def _direct_refuse(call: UnaryCall, data: bytes) -> None:
     call.fail(grpc.StatusCode.NOT_FOUND, "no such thing")
 
 
+def _direct_buggy(call: UnaryCall, data: bytes) -> None:
+    raise KeyError("handler bug")
+
+
 def _direct_park(call: UnaryCall, data: bytes) -> None:
     # never answered unless cancelled: the cancel callback answers it
     def on_cancel() -> None:
@@ -91,6 +95,7 @@ def core() -> Iterator[Fixture]:
         SERVICE + "Later": DirectUnary(_direct_later),
         SERVICE + "Refuse": DirectUnary(_direct_refuse),
         SERVICE + "Park": DirectUnary(_direct_park),
+        SERVICE + "Buggy": DirectUnary(_direct_buggy),
         SERVICE + "Upper": grpc.unary_unary_rpc_method_handler(_bridged_upper),
         SERVICE + "Stream": grpc.stream_stream_rpc_method_handler(_bridged_stream),
     }
@@ -157,12 +162,14 @@ def test_bridged_unary_methods_run_on_the_loop_with_their_context(core):
     assert raised.value.details() == "bad request"
 
 
-def test_a_handler_bug_is_unknown_and_the_server_goes_on(core, caplog):
+@pytest.mark.parametrize(("method", "request_"), [("Upper", b"crash"), ("Buggy", b"x")])
+def test_a_handler_bug_is_unknown_and_the_server_goes_on(core, method, request_):
     with pytest.raises(grpc.RpcError) as raised:
-        core.unary("Upper")(b"crash", timeout=10)
+        core.unary(method)(request_, timeout=10)
     assert raised.value.code() == grpc.StatusCode.UNKNOWN
     assert "handler bug" in raised.value.details()
     assert core.unary("Upper")(b"ok", timeout=10) == b"OK"
+    assert core.unary("Echo")(b"ok", timeout=10) == b"echo:ok"
 
 
 def test_bridged_streams_read_and_write_many_messages(core):

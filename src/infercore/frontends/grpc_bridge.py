@@ -143,7 +143,10 @@ class _BridgedCall:
     def start(self) -> None:
         self._call.start_server_batch((cygrpc.ReceiveCloseOnServerOperation(_FLAGS),),
                                       self._closed)
-        self._loop.call_soon_threadsafe(self._begin)
+        try:
+            self._loop.call_soon_threadsafe(self._begin)
+        except RuntimeError:  # the loop has closed (the frontend is stopping)
+            self._send_status(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
 
     def _closed(self, event: Any) -> None:
         if event.batch_operations[0].cancelled():

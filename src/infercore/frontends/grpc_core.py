@@ -41,6 +41,8 @@ from typing import Any
 import grpc
 from grpc._cython import cygrpc
 
+from ..response import mark_serving_thread
+
 __all__ = ["CoreServer", "DirectUnary", "UnaryCall", "cygrpc_status"]
 
 logger = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ class UnaryCall:
                           _FLAGS)))
 
     def _finish(self, operations: tuple[Any, ...]) -> None:
-        if self._answered:
+        if self._answered:  # the handler answers once; this only guards a failing bug
             return
         self._answered = True
         if not self._watching:  # one batch does it all: one completion event per answer
@@ -209,8 +211,6 @@ class CoreServer:
 
     # -- the completion-queue thread ------------------------------------------------------
     def _poll(self) -> None:
-        from ..response import mark_serving_thread
-
         mark_serving_thread()  # the engine must not run long models here
         queue = self._queue
         shutdown_type = cygrpc.CompletionType.queue_shutdown
@@ -252,7 +252,11 @@ class CoreServer:
                     unary.fail(grpc.StatusCode.UNIMPLEMENTED,
                                "requires exactly one request message")
                     return
-                behavior(unary, data)
+                try:
+                    behavior(unary, data)
+                except Exception as exc:  # a bug: still answer, or the call would hang
+                    logger.exception("gRPC: unexpected error in a method handler")
+                    unary.fail(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
 
             call.start_server_batch((cygrpc.ReceiveMessageOperation(_FLAGS),), received)
         else:
