@@ -6,7 +6,8 @@ caller blocked in ``__next__``/``result()`` or an asyncio task in ``__anext__``/
 ``ResponseStream._lock`` guards ``_items``, ``_done`` and the two waiter slots; nothing is
 done under it but swapping those fields. A sync consumer parks on a private lock that the
 producer releases; an async consumer parks on a future that the producer resolves with
-``loop.call_soon_threadsafe``. So one response costs one thread wake-up, never a poll.
+``loop.call_soon_threadsafe`` (resolved directly when the producer is that loop's own
+thread). So one response costs at most one thread wake-up, never a poll.
 
 Stream states: open -> done (final response or final flag received). Items queued before
 ``done`` are still handed out after it.
@@ -142,8 +143,12 @@ class ResponseStream:
         if waiter is not None:
             waiter.release()
         if future is not None:
+            loop = future.get_loop()
+            if asyncio._get_running_loop() is loop:
+                _wake(future)  # produced on the consumer's own loop: no self-pipe write
+                return
             try:
-                future.get_loop().call_soon_threadsafe(_wake, future)
+                loop.call_soon_threadsafe(_wake, future)
             except RuntimeError:  # the consumer's loop is closed: nobody is waiting
                 pass
 
