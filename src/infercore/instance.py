@@ -19,6 +19,7 @@ its response also sees it counted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -71,6 +72,9 @@ class ModelInstance:
         # False: an event loop's thread never runs it, however short its executions
         self._inline_on_loop = inline_on_loop_allowed
         self.busy = threading.Lock()
+        # Threads waiting in reserve(); read (without the lock) by runs_on_loop.
+        self.waiting = 0
+        self._waiting_lock = threading.Lock()
         self.execution_count = 0
         # A typical recent execute duration (ns): lets the scheduler judge whether running
         # a payload on an event loop's thread would stall that loop. It follows shorter
@@ -85,6 +89,14 @@ class ModelInstance:
     @property
     def name(self) -> str:
         return self.info.name
+
+    def runs_on_loop(self) -> bool:
+        """Whether a payload can run from an event loop without blocking it: the backend
+        starts it there and finishes it when its answer is readable (process-isolated
+        instances: ``execute_on_loop``), and no thread waits to reserve the instance."""
+        ready = getattr(self._backend, "loop_ready", None)
+        return (ready is not None and self.inline_allowed and not self._decoupled
+                and not self.waiting and ready())
 
     def runs_short(self) -> bool:
         """Known to execute quickly enough to run on an event loop's thread."""
@@ -105,7 +117,11 @@ class ModelInstance:
     def reserve(self) -> None:
         """Wait for the instance's resources, then for the instance itself."""
         self._rate_limiter.acquire(self, self.resources)
+        with self._waiting_lock:
+            self.waiting += 1  # an event loop running payloads here lets this thread in
         self.busy.acquire()
+        with self._waiting_lock:
+            self.waiting -= 1
 
     def unreserve(self) -> None:
         self.busy.release()
@@ -113,6 +129,9 @@ class ModelInstance:
 
     def finalize(self, timeout: float = 30.0) -> None:
         """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
+        rescue = getattr(self._backend, "rescue_from_closed_loop", None)
+        if rescue is not None:
+            rescue()  # a payload started from an event loop that closed: finished here
         acquired = self.busy.acquire(timeout=timeout)
         self.inline_allowed = False  # no caller may reserve it from now on
         if not acquired:
@@ -150,6 +169,33 @@ class ModelInstance:
             self.recent_execute_ns = recent + ((took - recent) >> 1)
         else:
             self.recent_execute_ns = recent + ((took - recent) >> 4)
+        self._complete(payload, start, end)
+
+    def execute_on_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
+                        then: Callable[[], None]) -> None:
+        """Start one payload from ``loop``, the running event loop, without blocking it (the
+        caller holds the reservation; only when ``runs_on_loop``). The backend finishes it
+        on the loop; then it is recorded, its responses released, and ``then()`` called
+        (which releases the reservation or starts the next payload)."""
+        for request in payload.requests:
+            request.sender.hold()  # type: ignore[union-attr]
+        start = self._clock()
+
+        def finished() -> None:
+            self._complete(payload, start, self._clock())
+            then()
+
+        try:
+            self._backend.execute_on_loop(  # type: ignore[attr-defined]
+                payload, loop, finished)
+        except Exception as exc:  # not started: answered here, on the loop
+            self._fail_open_requests(payload, exc)
+            finished()
+
+    def _complete(self, payload: Payload, start: int, end: int) -> None:
+        """Record an execution and release its held responses."""
+        requests = payload.requests
+        hold = not self._decoupled
         input_end = payload.compute_input_end_ns or start
         output_start = payload.compute_output_start_ns or end
         for request in requests:

@@ -14,6 +14,12 @@ two ways, and the scheduler decides which inside ``enqueue``, on the caller's th
   exactly one wake-up is signalled to the instance threads. A thread that is busy sees the
   request when it next looks at the queue; one that sleeps is woken by the signal.
 
+A model whose one instance can run a payload from an event loop without blocking it
+(process-isolated Python instances: ``ModelInstance.runs_on_loop``) is run by a loop
+caller through ``execute_on_loop`` when the instance is idle: the loop sends the payload
+and finishes it when the answer is readable, so no instance thread is woken
+(``reserve_for_loop``; the dynamic batcher also chains the next batches there).
+
 There is no third state: when ``enqueue`` returns, the request has run (or been answered)
 or it is in the queue with its wake-up sent, so no request waits on a reader that may
 never come. Readers that did not promise to read at once (``run_inline``) may still claim
@@ -23,6 +29,7 @@ so exactly one of an instance thread, a reader or a cancel owns a request.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -81,6 +88,20 @@ class Scheduler(Protocol):
     def stop(self) -> None:
         """Stop admitting; instance threads take what was queued before, then get None."""
         ...
+
+
+def reserve_for_loop(instances: Sequence[ModelInstance]
+                     ) -> tuple[ModelInstance, asyncio.AbstractEventLoop] | None:
+    """Reserve, for the running event loop, the model's one instance if it can run a payload
+    from the loop without blocking it (``ModelInstance.runs_on_loop``: process-isolated
+    instances) and is idle: ``(instance, loop)``; else None. The payload's ``then`` must
+    ``unreserve()`` it."""
+    if len(instances) != 1 or not instances[0].runs_on_loop():
+        return None
+    loop = asyncio._get_running_loop()
+    if loop is None or not instances[0].try_reserve():
+        return None
+    return instances[0], loop
 
 
 def reserve_idle(instances: Sequence[ModelInstance], on_loop: bool) -> ModelInstance | None:

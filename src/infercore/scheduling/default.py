@@ -41,7 +41,7 @@ from ..errors import CancelledError, TritonError, UnavailableError
 from ..instance import ModelInstance
 from ..payload import Payload
 from ..request import InferRequest
-from .base import SchedulerStatistics, reserve_idle
+from .base import SchedulerStatistics, reserve_for_loop, reserve_idle
 
 __all__ = ["DefaultScheduler"]
 
@@ -80,6 +80,13 @@ class DefaultScheduler:
         if self._stopped:
             raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
         request.queue_start_ns = self._clock()
+        if caller_runs and on_loop and not request.cancelled:
+            reserved = reserve_for_loop(self._inline_instances)
+            if reserved is not None:  # sent from the loop, finished there (base.py)
+                self._ran_inline += 1
+                reserved[0].execute_on_loop(Payload([request], self._clock), reserved[1],
+                                            reserved[0].unreserve)
+                return
         if caller_runs and not request.cancelled:
             instance = reserve_idle(self._inline_instances, on_loop)
             if instance is not None:

@@ -28,10 +28,25 @@ does not fit); otherwise it waits for more requests until the oldest has waited
 ``max_queue_delay_microseconds``, and then goes with the largest prefix whose size is a
 preferred size, or whole. Timed-out requests are rejected or delayed by their level's
 policy. With ``preserve_ordering``, responses are released in arrival order.
+
+Payloads driven by an event loop: a model with one instance whose backend can run a
+payload from the loop without blocking it (process-isolated Python instances send it to
+their worker and read the answer when the loop finds it readable; ``runs_on_loop``) is
+run by a frontend's loop instead of its backend thread, with no thread crossing. A loop
+caller (``caller_runs``, ``on_loop``, no queue delay) that finds the instance idle and the
+queue empty reserves it and starts its request there: the chain begins. While the chain
+runs, loop callers' requests are queued without a signal, and each time a payload is
+answered the chain forms the next batch from the queue on the loop (``_loop_next``); it
+ends, releasing the instance and waking an instance thread for what is queued, when the
+queue is empty, when an instance thread waits to reserve the instance (a caller that is
+not on the loop queued work), when the instance cannot run on the loop any more (its
+worker is restarting), or when the batcher stops. ``_loop_chain`` is read and written
+under ``_cond``, so every request queued without a signal is seen by the chain.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -85,6 +100,8 @@ class DynamicBatcher:
         self._seq: dict[int, int] = {}
         self._ran_inline = 0
         self._wakeups = 0
+        self._loop_instance: ModelInstance | None = None
+        self._loop_chain = False  # an event loop runs this model's payloads (see above)
         # (batch size, shape key, wake-up ns) of a thread waiting for a batch's deadline
         self._armed: tuple[int, Any, int] | None = None
         self._pending: tuple[int, Any] = (0, None)  # set by _form with a deadline
@@ -92,9 +109,14 @@ class DynamicBatcher:
     # -- callers -----------------------------------------------------------------------------
     def attach(self, instances: Sequence[ModelInstance]) -> None:
         self._inline_instances = tuple(instances)
+        # One instance that can run payloads from an event loop: loops chain them there.
+        self._loop_instance = instances[0] if len(instances) == 1 else None
 
     def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
                 on_loop: bool = False) -> None:
+        if (on_loop and caller_runs and not self._delay_ns and not request.cancelled
+                and self._loop_instance is not None and self._enqueue_on_loop(request)):
+            return
         instance = None
         if caller_runs and not self._delay_ns and not request.cancelled:
             instance = reserve_idle(self._inline_instances, on_loop)
@@ -137,6 +159,66 @@ class DynamicBatcher:
         finally:
             if instance is not None:
                 instance.unreserve()
+
+    # -- payloads driven by an event loop (process-isolated instances) ------------------------
+    def _enqueue_on_loop(self, request: InferRequest) -> bool:
+        """Run ``request`` from the calling event loop without blocking it, or leave it
+        for the chain of payloads a loop already runs on the instance; False (nothing
+        done) when neither applies. See the module doc."""
+        instance = self._loop_instance
+        if instance is None or not instance.runs_on_loop():
+            return False
+        request.batch_key = self._shape_key(request)
+        loop = None
+        with self._cond:
+            if self._stopped:
+                raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
+            now = self._clock.now_ns()
+            if self._loop_chain:
+                # The running chain forms its next batch from the queue when the current
+                # payload is answered: no thread to wake.
+                request.queue_start_ns = now
+                self._queue.push(request, now)  # raises when a level is full
+                self._number(request)
+            else:
+                loop = asyncio._get_running_loop()
+                if loop is None or len(self._queue) or not instance.try_reserve():
+                    return False
+                request.queue_start_ns = now
+                self._number(request)
+                self._loop_chain = True
+                self._ran_inline += 1
+        if loop is None:
+            request.on_cancel(partial(self._cancel, request))
+            return True
+        instance.execute_on_loop(self._payload([request]), loop,
+                                 partial(self._loop_next, instance, loop))
+        return True
+
+    def _loop_next(self, instance: ModelInstance, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop, a chained payload was answered: run the next batch from the queue
+        the same way, or end the chain (a thread waiting for the instance, a restart
+        under way, the instance finalizing, or nothing queued) and hand what is queued to
+        the instance threads."""
+        payload = None
+        expired: list[InferRequest] = []
+        with self._cond:
+            if not self._stopped and instance.runs_on_loop():
+                batch, expired, _ = self._form(self._clock.now_ns())
+                if batch:
+                    payload = self._payload(batch)
+                    self._ran_inline += 1
+            if payload is None:
+                self._loop_chain = False
+                if len(self._queue):
+                    self._wakeups += 1
+                    self._cond.notify()
+        if payload is None:
+            instance.unreserve()
+        if expired:
+            self._reject(expired)
+        if payload is not None:
+            instance.execute_on_loop(payload, loop, partial(self._loop_next, instance, loop))
 
     def _number(self, request: InferRequest) -> None:
         """preserve_ordering: the request's place in the release order. Holds _cond."""

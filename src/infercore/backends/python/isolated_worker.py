@@ -16,6 +16,12 @@ Threads:
     request inline; one at a time, under the engine's ``busy`` lock) writes the data
     channel and reads it until DONE. A model that is not decoupled answers on this channel,
     so its requests cross no thread of ours: caller -> worker -> caller.
+  - or an event loop (``execute_on_loop``: the engine's loop callers, models that are not
+    decoupled): the loop sends EXECUTE and returns; the data channel is registered with
+    the loop, whose callback reads the answers as they come, delivers them and calls the
+    engine back at DONE, so the loop never waits on the worker. Until then the engine's
+    reservation keeps every other thread off the channel; if the loop closes first, the
+    unloading thread finishes the payload (``rescue_from_closed_loop``).
   - the event thread (``infercore-<model>-<instance>-events``) reads the event channel: log
     records, decoupled models' responses as they come, BLS requests (started here, never
     waited on: isolated_bls.py) and custom metric operations (isolated_metrics.py). EOF
@@ -36,6 +42,7 @@ stopped, ignores the report.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import socket
@@ -142,6 +149,13 @@ class WorkerHandle:
         self._started = False
         self._finalizing = False
         self._crash_text: str | None = None
+        # (loop, exec id, payload, entries, done, unreachable) of the payload an event loop
+        # runs, and the loop watching the data channel (kept between chained payloads)
+        self._on_loop: tuple[Any, ...] | None = None
+        self._watching: asyncio.AbstractEventLoop | None = None
+        # Orders starting a payload from a loop against a loop ceasing to watch, when two
+        # loops take turns on the instance (the second must never be left unwatched).
+        self._watch_lock = threading.Lock()
         self._process: WorkerProcess | None = None
         self._event_thread: threading.Thread | None = None
         self._inflight: InflightTable | None = None
@@ -273,6 +287,18 @@ class WorkerHandle:
         table = self._table
         if table.closed:
             raise WorkerUnreachable
+        exec_id, entries, frame = self._prepare(payload)
+        try:
+            self._data.sendall(frame)
+        except OSError:
+            self._undelivered(entries)
+            return
+        self._await_done(exec_id, payload, entries)
+
+    def _prepare(self, payload: Payload) -> tuple[int, list[Inflight], bytes]:
+        """Stage the payload's inputs and register its requests: (exec id, entries, the
+        EXECUTE frame). Raises with nothing registered (the engine answers)."""
+        table = self._table
         entries: list[Inflight] = []
         records: list[tuple[Any, ...]] = []
         try:
@@ -293,12 +319,112 @@ class WorkerHandle:
             table.take_back(entries)
             raise
         payload.mark_compute_input_end()
+        return exec_id, entries, frame
+
+    # -- execute from an event loop (models that are not decoupled) -----------------------
+    def execute_on_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
+                        done: Callable[[], None], unreachable: Callable[[], None]) -> None:
+        """Send the payload from ``loop`` (the running one) and return at once; the loop
+        reads the answer when it is readable, delivers it and calls ``done()``. If the
+        worker turns out to have died before it read the payload, ``unreachable()`` is
+        called instead, its requests untouched (to be retried). One of the two is called,
+        once, on the loop. Raises before anything was sent (WorkerUnreachable: it is dead).
+
+        The data channel is the loop's until then: the engine's reservation keeps every
+        other thread off this instance meanwhile. The loop keeps watching the channel while
+        ``done`` starts the next payload (a chain of them, scheduling/dynamic.py).
+        """
+        if self._table.closed:
+            raise WorkerUnreachable
+        exec_id, entries, frame = self._prepare(payload)
+        with self._watch_lock:
+            self._on_loop = (loop, exec_id, payload, entries, done, unreachable)
+            if self._watching is None:
+                loop.add_reader(self._data.fileno(), self._on_loop_readable)
+                self._watching = loop
         try:
-            self._data.sendall(frame)
+            self._data.sendall(frame)  # a few hundred bytes: never blocks the loop
         except OSError:
-            self._undelivered(entries)
+            self._settle_on_loop(loop)
+            self._lost(entries, done, unreachable)
+
+    def _settle_on_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Nothing is in flight from a loop any more: ``loop`` (the running one, if it
+        watches the channel) stops watching it."""
+        with self._watch_lock:
+            self._on_loop = None
+            self._unwatch_if_idle(loop)
+
+    def _unwatch_if_idle(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Under ``_watch_lock``: stop ``loop`` watching the channel unless a payload was
+        started meanwhile (by ``done`` on this loop, or by another loop, which this one
+        then keeps serving). A loop only ever unregisters itself."""
+        if self._on_loop is None and loop is not None and self._watching is loop:
+            self._watching = None
+            loop.remove_reader(self._data.fileno())
+
+    def _on_loop_readable(self) -> None:
+        started = self._on_loop
+        watcher = self._watching
+        if started is None:  # nothing in flight (a chain's callback failed): stop watching
+            with self._watch_lock:
+                self._unwatch_if_idle(watcher)
             return
-        self._await_done(exec_id, payload, entries)
+        frames = self._reader.read_available()
+        if frames is None:
+            return  # woken without a whole frame
+        _, exec_id, payload, entries, done, unreachable = started
+        if not frames:  # EOF: the worker died
+            self._settle_on_loop(watcher)
+            if self._reader.reset and payload.compute_output_start_ns == 0:
+                self._lost(entries, done, unreachable)  # it never read the payload
+                return
+            table = self._table
+            table.close()
+            fail(table.take_back(entries), self._crash_error_text())
+            done()
+            return
+        if payload.compute_output_start_ns == 0:
+            payload.mark_compute_output_start()
+        finished = False
+        try:
+            for frame in frames:
+                if frame[0] == RESPONSE:
+                    self._await_events(frame[8])
+                    self._deliver(frame)
+                elif frame[0] == DONE and frame[1] == exec_id:
+                    finished = True
+        except Exception as exc:  # noqa: BLE001 - as a failed execute: answer, go on
+            # Its later frames, if any, name slots and an execution no longer awaited.
+            logger.exception("instance %s: failed to read its worker's answer", self._name)
+            fail(self._table.take_back(entries), f"{type(exc).__name__}: {exc}")
+            finished = True
+        if not finished:
+            return
+        self._on_loop = None
+        self._table.take_back(entries)  # left unanswered: the engine fails them
+        try:
+            done()  # may send the chain's next payload, which keeps the channel watched
+        finally:
+            with self._watch_lock:
+                self._unwatch_if_idle(watcher)
+
+    def rescue_from_closed_loop(self) -> None:
+        """A payload started from an event loop that has closed since (a frontend stopped
+        past its deadline) can never be read there: read its answer on this thread and
+        finish it, so the instance is released."""
+        started = self._on_loop
+        if started is None or not started[0].is_closed():
+            return
+        with self._watch_lock:
+            self._on_loop = None
+            self._watching = None  # the closed loop's registration went with it
+        _, exec_id, payload, entries, done, _ = started
+        try:
+            self._await_done(exec_id, payload, entries)
+        except WorkerUnreachable:  # it never read the payload: nobody will run it now
+            fail(entries, self._crash_error_text())
+        done()
 
     def _await_done(self, exec_id: int, payload: Payload, entries: list[Inflight]) -> None:
         reader = self._reader
@@ -333,6 +459,19 @@ class WorkerHandle:
             return
         # A request the model left unanswered is failed by the engine; free its block.
         self._table.take_back(entries)
+
+    def _lost(self, entries: list[Inflight], done: Callable[[], None],
+              unreachable: Callable[[], None]) -> None:
+        """The worker died before reading the payload (seen on the loop): a retry if none
+        of its requests was answered, else fail the rest."""
+        table = self._table
+        table.close()
+        taken = table.take_back(entries)
+        if len(taken) == len(entries):
+            unreachable()
+            return
+        fail(taken, self._crash_error_text())
+        done()
 
     def _undelivered(self, entries: list[Inflight]) -> None:
         """The worker died without reading the payload: hand it back for a retry."""
@@ -454,6 +593,15 @@ class WorkerHandle:
         deadline = time.monotonic() + timeout
         self._finalizing = True
         self._bls.abort()  # a model waiting on another model must get to finalize
+        with self._watch_lock:
+            watching, self._watching = self._watching, None
+        if watching is not None and not watching.is_closed():
+            # A payload that never ended (finalized past the exit timeout): its loop stops
+            # watching the channel, which this thread reads from now on.
+            try:
+                watching.call_soon_threadsafe(watching.remove_reader, self._data.fileno())
+            except RuntimeError:  # closed meanwhile
+                pass
         if not self._table.closed:
             try:
                 self._data.settimeout(timeout)

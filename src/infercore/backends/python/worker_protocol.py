@@ -174,6 +174,28 @@ class FrameReader:
                 return []
             buffer += chunk
 
+    def read_available(self) -> list[tuple[Any, ...]] | None:
+        """Without waiting (for an event loop told the socket is readable): the complete
+        frames received so far; None when no whole frame has come yet; [] when the peer
+        is gone."""
+        buffer = self._buffer
+        frames = self._parse(buffer)
+        if frames:
+            return frames
+        try:
+            chunk = self._socket.recv(_READ_SIZE, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
+        except ConnectionResetError:
+            self.reset = True
+            return []
+        except OSError:  # closed under us
+            return []
+        if not chunk:
+            return []
+        buffer += chunk
+        return self._parse(buffer) or None
+
     @staticmethod
     def _parse(buffer: bytearray) -> list[tuple[Any, ...]]:
         frames: list[tuple[Any, ...]] = []
@@ -315,12 +337,31 @@ def write_outputs(
 
 def read_outputs(view: ArenaView, size: int, descriptors: tuple[Descriptor, ...]
                  ) -> dict[str, CoreTensor]:
-    """The server's copies of a response's outputs (the ring chunk is reused after this)."""
+    """The server's copies of a response's outputs (the ring chunk is reused after this).
+
+    The fixed-size tensors of the chunk are copied out together, in one copy, and each is
+    an array over its part of that copy.
+    """
     buffer = view.buffer(size)
-    return {
-        name: _tensor_at(buffer, code, shape, offset, data, copy=True)
-        for name, code, shape, offset, data in descriptors
-    }
+    low = high = -1
+    for _, code, _, offset, nbytes in descriptors:
+        if offset >= 0 and code != _BYTES_CODE and nbytes:
+            if low < 0 or offset < low:
+                low = offset
+            high = max(high, offset + nbytes)
+    copied = None
+    if low >= 0:
+        with memoryview(buffer) as whole:  # released at once: the mapping may grow later
+            copied = bytearray(whole[low:high])  # the one copy
+    outputs: dict[str, CoreTensor] = {}
+    for name, code, shape, offset, data in descriptors:
+        if copied is not None and offset >= 0 and code != _BYTES_CODE and data:
+            datatype = _DATATYPES[code]
+            array = np.ndarray(shape, datatype.numpy_dtype, copied, offset - low)
+            outputs[name] = CoreTensor(datatype, array)
+        else:
+            outputs[name] = _tensor_at(buffer, code, shape, offset, data, copy=True)
+    return outputs
 
 
 def _tensor_at(buffer: Any, code: int, shape: tuple[int, ...], offset: int, data: Any,

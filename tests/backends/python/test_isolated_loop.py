@@ -1,0 +1,270 @@
+"""Process-isolated instances run from an event loop (the HTTP/gRPC frontends' path).
+
+A loop caller that promises to consume at once (``consume_now``) starts its request on an
+idle isolated instance without blocking the loop: the worker's answer is read by the loop
+itself, so no instance thread is woken. While that chain runs, other loop callers' requests
+are queued silently and batched by the chain (scheduling/dynamic.py, "Payloads driven by
+an event loop").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from test_isolated_server import ADD_SUB_PY, add_sub_config
+
+from infercore import Server
+from infercore.errors import InternalError
+from infercore.request import InferRequest
+from infercore.tensor import Tensor
+from infercore.testing import RepositoryBuilder
+
+BATCHED = "dynamic_batching { }\n"
+
+
+# Answers once the file named by the request's "gate" parameter exists.
+GATED_PY = """
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            gate = json.loads(request.parameters())["gate"]
+            while not os.path.exists(gate):
+                time.sleep(0.01)
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b),
+                pb_utils.Tensor("PIDS", (a * 0).astype("int64")[:, :2])]))
+        return responses
+"""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> RepositoryBuilder:
+    built = RepositoryBuilder(tmp_path_factory.mktemp("isolated_loop") / "models")
+    built.add_model("loop", config=add_sub_config("loop") + BATCHED, model_py=ADD_SUB_PY)
+    built.add_model("pair", config=add_sub_config("pair", count=2) + BATCHED,
+                    model_py=ADD_SUB_PY)
+    built.add_model("gated", config=add_sub_config("gated") + BATCHED, model_py=GATED_PY)
+    built.add_model("plain", config=add_sub_config("plain"), model_py=ADD_SUB_PY)
+    return built
+
+
+@pytest.fixture
+async def server(repo: RepositoryBuilder) -> AsyncIterator[Server]:
+    async with Server(model_repository=repo.path, model_control_mode="explicit",
+                      startup_models=("loop", "pair", "plain")) as started:
+        yield started
+
+
+def _request(model: str = "loop", value: float = 1.0, **parameters: object) -> InferRequest:
+    ones = np.full((1, 4), value, np.float32)
+    return InferRequest(model, {"INPUT0": Tensor.from_numpy(ones * 2),
+                                "INPUT1": Tensor.from_numpy(ones)},
+                        parameters=parameters or None)
+
+
+def _sum(response) -> list[float]:  # noqa: ANN001 - an InferResponse
+    assert response.error is None, response.error
+    return response.outputs["OUTPUT0"].to_numpy()[0].tolist()
+
+
+async def test_a_loop_caller_runs_its_request_without_waking_the_instance_thread(
+        server: Server):
+    loaded = server._manager.get("loop")
+    before = loaded._scheduler.statistics()
+    stream = server.infer(_request(), consume_now=True)
+    assert not stream.done  # sent to the worker: the loop goes on meanwhile
+    response = await stream
+    assert _sum(response) == [3.0] * 4
+    pid = int(response.outputs["PIDS"].to_numpy()[0][0])
+    assert pid != os.getpid()  # answered by the worker process
+    after = loaded._scheduler.statistics()
+    assert after.wakeups == before.wakeups
+    assert after.ran_inline == before.ran_inline + 1
+
+
+async def test_concurrent_loop_callers_are_batched_by_the_chain(server: Server):
+    loaded = server._manager.get("loop")
+    stats = server.model("loop").statistics()[0]
+    before = loaded._scheduler.statistics()
+    streams = [server.infer(_request(value=float(i)), consume_now=True) for i in range(24)]
+    responses = await asyncio.gather(*streams)
+    assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(24)]
+    after = loaded._scheduler.statistics()
+    assert after.wakeups == before.wakeups  # only the loop ran them
+    assert after.queued == 0
+    batches = after.ran_inline - before.ran_inline
+    assert 1 < batches < 24  # the first alone, the rest queued behind it in batches
+    now = server.model("loop").statistics()[0]
+    assert now.inference_count - stats.inference_count == 24
+    assert now.execution_count - stats.execution_count == batches
+    for phase in ("compute_input", "compute_infer", "compute_output"):
+        assert getattr(now, phase).count - getattr(stats, phase).count == 24, phase
+
+
+async def test_a_thread_caller_meanwhile_is_served_too(server: Server):
+    loop_streams = [server.infer(_request(value=float(i)), consume_now=True)
+                    for i in range(8)]
+    results: list[list[float]] = []
+
+    def from_a_thread() -> None:
+        handle = server.model("loop")
+        ones = np.ones((1, 4), np.float32)
+        for _ in range(10):
+            response = handle.infer({"INPUT0": ones * 2, "INPUT1": ones}).result()
+            results.append(_sum(response))
+
+    thread = threading.Thread(target=from_a_thread)
+    thread.start()
+    more = []
+    while thread.is_alive():  # keep the chain busy while the thread's requests queue
+        streams = [server.infer(_request(), consume_now=True) for _ in range(4)]
+        more.extend(await asyncio.gather(*streams))
+    thread.join()
+    responses = await asyncio.gather(*loop_streams)
+    assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(8)]
+    assert all(_sum(r) == [3.0] * 4 for r in more)
+    assert results == [[3.0] * 4] * 10
+
+
+async def test_a_crash_on_the_loop_fails_its_request_and_the_next_ones_succeed(
+        server: Server):
+    assert _sum(await server.infer(_request(), consume_now=True)) == [3.0] * 4
+    response = await server.infer(_request(segv=True), raise_on_error=False,
+                                  consume_now=True)
+    assert isinstance(response.error, InternalError)
+    assert "Stub process is not healthy" in response.error.message
+    assert "SIGSEGV" in response.error.message
+    for _ in range(5):  # served by the restarted worker (the backend thread waits for it)
+        assert _sum(await server.infer(_request(), consume_now=True)) == [3.0] * 4
+    assert server.model("loop").statistics()[0].fail.count == 1
+
+
+async def test_a_worker_killed_between_requests_is_replaced_without_a_failure(
+        server: Server):
+    response = await server.infer(_request(), consume_now=True)
+    pid = int(response.outputs["PIDS"].to_numpy()[0][0])
+    os.kill(pid, signal.SIGKILL)
+    # Whether the death is seen before, while or after this request is sent, it never
+    # reached the worker: it is retried on the replacement.
+    response = await server.infer(_request(), consume_now=True)
+    assert _sum(response) == [3.0] * 4
+    assert int(response.outputs["PIDS"].to_numpy()[0][0]) != pid
+    assert server.model("loop").statistics()[0].fail.count == 0
+
+
+async def test_without_dynamic_batching_a_loop_caller_runs_an_idle_instance(server: Server):
+    loaded = server._manager.get("plain")
+    before = loaded._scheduler.statistics()
+    streams = [server.infer(_request("plain", value=float(i)), consume_now=True)
+               for i in range(6)]
+    responses = await asyncio.gather(*streams)
+    assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(6)]
+    after = loaded._scheduler.statistics()
+    # The first ran from the loop; the others found the instance busy and were queued
+    # for its thread (no chaining without a batcher).
+    assert after.ran_inline == before.ran_inline + 1
+    assert after.wakeups == before.wakeups + 5
+
+
+async def test_models_with_several_instances_keep_their_threads(server: Server):
+    loaded = server._manager.get("pair")
+    before = loaded._scheduler.statistics()
+    response = await server.infer(_request("pair"), consume_now=True)
+    assert _sum(response) == [3.0] * 4
+    assert loaded._scheduler.statistics().wakeups == before.wakeups + 1
+
+
+async def test_unload_after_loop_runs_finalizes_the_worker(server: Server):
+    response = await server.infer(_request(), consume_now=True)
+    pid = int(response.outputs["PIDS"].to_numpy()[0][0])
+    await asyncio.to_thread(server.unload, "loop")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_payload_whose_loop_closed_is_finished_by_the_unload(repo: RepositoryBuilder,
+                                                               tmp_path):  # noqa: ANN001
+    gate = tmp_path / "gate"
+    # exit_timeout 0: the unload does not wait for the request (nobody would answer it
+    # before the instance is finalized), it aborts it at once.
+    with Server(model_repository=repo.path, model_control_mode="explicit",
+                startup_models=("gated",), exit_timeout=0) as server:
+        instance = server._manager.get("gated").instances[0]
+        streams = []
+
+        async def start_and_leave() -> None:
+            streams.append(server.infer(_request("gated", gate=str(gate)),
+                                        raise_on_error=False, consume_now=True))
+
+        asyncio.run(start_and_leave())  # the loop is closed before the worker answers
+        assert not streams[0].done
+        gate.touch()
+        server.unload("gated")  # finalize reads the answer the closed loop never will
+        response = streams[0].result()
+        assert response is not None and "unloaded" in response.error.message
+        # Recorded (finished on the unloading thread), and the instance was released.
+        assert instance.execution_count == 1
+        assert not instance.busy.locked()
+
+
+async def test_a_failure_reading_the_answer_fails_the_payload_and_the_loop_goes_on(
+        server: Server, monkeypatch: pytest.MonkeyPatch):
+    from infercore.backends.python import isolated_worker
+
+    deliver = isolated_worker.WorkerHandle._deliver
+    calls = []
+
+    def broken_once(self, frame):  # noqa: ANN001, ANN202
+        calls.append(frame)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return deliver(self, frame)
+
+    monkeypatch.setattr(isolated_worker.WorkerHandle, "_deliver", broken_once)
+    response = await server.infer(_request(), raise_on_error=False, consume_now=True)
+    assert isinstance(response.error, InternalError)
+    assert "RuntimeError: boom" in response.error.message
+    for _ in range(3):
+        assert _sum(await server.infer(_request(), consume_now=True)) == [3.0] * 4
+    instance = server._manager.get("loop").instances[0]
+    assert not instance.busy.locked()
+
+
+def test_two_event_loops_take_turns_on_one_instance(repo: RepositoryBuilder):
+    with Server(model_repository=repo.path, model_control_mode="explicit",
+                startup_models=("loop",)) as server:
+        results: dict[int, list[float]] = {}
+
+        async def clients(offset: int) -> None:
+            for _ in range(10):
+                streams = [server.infer(_request(value=float(offset + i)), consume_now=True)
+                           for i in range(6)]
+                for i, response in enumerate(await asyncio.gather(*streams)):
+                    results.setdefault(offset + i, []).append(_sum(response)[0])
+
+        threads = [threading.Thread(target=asyncio.run, args=(clients(offset),))
+                   for offset in (0, 100)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(results) == [*range(6), *range(100, 106)]
+        assert all(sums == [3.0 * key] * 10 for key, sums in results.items())
+        instance = server._manager.get("loop").instances[0]
+        assert not instance.busy.locked()
