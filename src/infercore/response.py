@@ -38,7 +38,11 @@ class InlineRunner(Protocol):
         ...
 
 
-_serving = threading.local()
+class _ServingMark(threading.local):
+    marked = False  # per thread; the class default spares a failed lookup per call
+
+
+_serving = _ServingMark()
 
 
 def mark_serving_thread() -> None:
@@ -51,7 +55,7 @@ def mark_serving_thread() -> None:
 def on_event_loop() -> bool:
     """Whether the calling thread is running an asyncio event loop, or is marked as a
     serving thread: either must never be stalled by a long execution."""
-    return asyncio._get_running_loop() is not None or getattr(_serving, "marked", False)
+    return asyncio._get_running_loop() is not None or _serving.marked
 
 
 class InferResponse:
