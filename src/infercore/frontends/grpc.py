@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,14 +267,28 @@ class GrpcFrontend(LoopThreadFrontend):
         return f"{host}:{self.options.port}", self.options.credentials()
 
     async def _serve(self) -> None:
+        self._stop_requested = asyncio.Event()
         if self.options.transport == "aio":
             await self._serve_aio()
         else:
             await self._serve_core()
 
+    async def _serve_until_stopped(self, port: int,
+                                   stop: Callable[[], Awaitable[None]]) -> None:
+        """Publish the bound ``port``, serve until ``stop()`` is asked, then ``stop()``."""
+        stop_requested = self._stop_requested
+        assert stop_requested is not None  # _serve made it
+        self._port = port
+        self._accepting = True
+        self._listening.set()
+        try:
+            await stop_requested.wait()
+        finally:
+            self._accepting = False
+            await stop()
+
     async def _serve_core(self) -> None:
         options = self.options
-        self._stop_requested = asyncio.Event()
         restricted = options.restricted
         handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = {}
         for service, table in ((SERVICE, self._service_handlers(direct=True)),
@@ -287,14 +302,7 @@ class GrpcFrontend(LoopThreadFrontend):
         if not port:
             raise OSError(f"Socket '{address}' already in use")
         core.start()
-        self._port = port
-        self._accepting = True
-        self._listening.set()
-        try:
-            await self._stop_requested.wait()
-        finally:
-            self._accepting = False
-            await self._stop_core(core)
+        await self._serve_until_stopped(port, lambda: self._stop_core(core))
 
     async def _stop_core(self, core: CoreServer) -> None:
         """Refuse new calls, let running ones finish within the grace period, cancel the
@@ -313,7 +321,6 @@ class GrpcFrontend(LoopThreadFrontend):
 
     async def _serve_aio(self) -> None:
         options = self.options
-        self._stop_requested = asyncio.Event()
         server = grpc.aio.server(options=options.channel_args())
         # Registered (not generic) handlers: gRPC core matches the method itself, sparing
         # a Python lookup per call.
@@ -333,16 +340,9 @@ class GrpcFrontend(LoopThreadFrontend):
         if not port:
             raise OSError(f"Socket '{address}' already in use")
         await server.start()
-        self._port = port
-        self._accepting = True
-        self._listening.set()
-        try:
-            await self._stop_requested.wait()
-        finally:
-            self._accepting = False
-            # Refuses new calls at once, lets running ones finish until the grace period
-            # ends, then cancels them (their handlers cancel the engine requests).
-            await server.stop(self._stop_timeout)
+        # grpc.aio's stop refuses new calls at once, lets running ones finish until the
+        # grace period ends, then cancels them (their handlers cancel the engine requests).
+        await self._serve_until_stopped(port, lambda: server.stop(self._stop_timeout))
 
     def _service_handlers(self, direct: bool = False
                           ) -> dict[str, DirectUnary | grpc.RpcMethodHandler]:
