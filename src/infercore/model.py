@@ -294,11 +294,13 @@ class LoadedModel:
                     logger.error("thread %s of model %s did not stop in time", thread.name,
                                  self.name)
             scheduler.drain()
-        self._finalize_all()
+        # An execute still running past the deadline (a model that ignores cancellation)
+        # gets the same second of grace as its thread, not finalize's own default.
+        self._finalize_all(max(0.0, deadline - time.monotonic()) + 1.0)
 
-    def _finalize_all(self) -> None:
+    def _finalize_all(self, timeout: float = 30.0) -> None:
         for instance in self._instances:
-            instance.finalize()
+            instance.finalize(timeout)
         self._instances.clear()
         if self._backend_model is not None:
             try:

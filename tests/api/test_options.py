@@ -314,6 +314,26 @@ def test_set_exit_timeout_replaces_the_option_for_the_next_stop(repo, gate):
     assert not server.live()
 
 
+def test_stop_does_not_wait_for_an_execute_that_outlives_the_exit_timeout(repo, gate):
+    repo.add_model("gate", config=GATE_CONFIG, model_py=GATE_PY)
+    server = Server(model_repository=repo.path, exit_timeout=0).start()
+    stream = server.model("gate").infer({"X": np.array([1.0], np.float32)},
+                                        raise_on_error=False)
+    assert gate.entered.wait(30)
+    stopper = threading.Thread(target=server.stop)
+    stopper.start()
+    try:
+        # The model ignores cancellation and stays in execute for up to 60 s; the stop
+        # gives it the exit timeout and a second of grace, not finalize's own 30 s.
+        stopper.join(20)
+        assert not stopper.is_alive()
+        assert not gate.release.is_set()
+        assert isinstance(stream.result(5).error, UnavailableError)
+    finally:
+        gate.release.set()
+        stopper.join(60)
+
+
 @pytest.mark.parametrize("seconds", [-1, "5", None, True, float("nan")])
 def test_set_exit_timeout_refuses_what_is_not_seconds(add_sub_repo, seconds):
     server = Server(model_repository=add_sub_repo.path)
