@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from typing import Any, Protocol
@@ -26,8 +27,8 @@ from .errors import CancelledError, InternalError, TritonError
 from .request import InferRequest, ParameterValue
 from .tensor import Tensor
 
-__all__ = ["InferResponse", "ResponseSender", "ResponseStream", "mark_serving_thread",
-           "on_event_loop"]
+__all__ = ["InferResponse", "ResponseSender", "ResponseStream", "mark_long_lived_loop",
+           "mark_serving_thread", "on_event_loop", "running_long_lived_loop"]
 
 _allocate_lock = threading.Lock
 
@@ -50,6 +51,24 @@ def mark_serving_thread() -> None:
     (the gRPC frontend's completion-queue thread): like an event loop, it must never be
     stalled by a long execution."""
     _serving.marked = True
+
+
+_long_lived_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def mark_long_lived_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Declare that ``loop`` runs until its server stops (a frontend's loop): the engine
+    may then leave work in flight on it, such as a process-isolated instance's payload
+    whose answer the loop reads when it comes (scheduling/dynamic.py). A loop that may
+    close while its server serves (``asyncio.run`` in a caller's code) must not be
+    marked: work left on it would wait for the unload to rescue it."""
+    _long_lived_loops.add(loop)
+
+
+def running_long_lived_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop if it was marked long-lived, else None."""
+    loop = asyncio._get_running_loop()
+    return loop if loop is not None and loop in _long_lived_loops else None
 
 
 def on_event_loop() -> bool:

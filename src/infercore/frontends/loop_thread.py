@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InvalidArgumentError
+from ..response import mark_long_lived_loop
 
 __all__ = ["LoopThreadFrontend", "new_event_loop"]
 
@@ -114,6 +115,7 @@ class LoopThreadFrontend:
         loop = new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        mark_long_lived_loop(loop)  # it runs until the frontend stops (response.py)
         try:
             loop.run_until_complete(self._serve())
         except BaseException as exc:  # noqa: BLE001 - reported to start() or logged

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..payload import Payload
 from ..request import InferRequest
+from ..response import running_long_lived_loop
 
 if TYPE_CHECKING:
     from ..instance import ModelInstance
@@ -94,11 +95,12 @@ def reserve_for_loop(instances: Sequence[ModelInstance]
                      ) -> tuple[ModelInstance, asyncio.AbstractEventLoop] | None:
     """Reserve, for the running event loop, the model's one instance if it can run a payload
     from the loop without blocking it (``ModelInstance.runs_on_loop``: process-isolated
-    instances) and is idle: ``(instance, loop)``; else None. The payload's ``then`` must
-    ``unreserve()`` it."""
+    instances) and is idle: ``(instance, loop)``; else None. Only a loop marked long-lived
+    (a frontend's, ``response.mark_long_lived_loop``) qualifies: the payload's answer is
+    read there later. The payload's ``then`` must ``unreserve()`` it."""
     if len(instances) != 1 or not instances[0].runs_on_loop():
         return None
-    loop = asyncio._get_running_loop()
+    loop = running_long_lived_loop()
     if loop is None or not instances[0].try_reserve():
         return None
     return instances[0], loop

@@ -33,9 +33,11 @@ Payloads driven by an event loop: a model with one instance whose backend can ru
 payload from the loop without blocking it (process-isolated Python instances send it to
 their worker and read the answer when the loop finds it readable; ``runs_on_loop``) is
 run by a frontend's loop instead of its backend thread, with no thread crossing. A loop
-caller (``caller_runs``, ``on_loop``, no queue delay) that finds the instance idle and the
-queue empty reserves it and starts its request there: the chain begins. While the chain
-runs, loop callers' requests are queued without a signal, and each time a payload is
+caller (``caller_runs``, ``on_loop``, no queue delay, on a loop marked long-lived: a
+frontend's, which outlives the work it leaves in flight) that finds the instance idle and
+the queue empty reserves it and starts its request there: the chain begins. While the
+chain runs, that loop's callers' requests are queued without a signal (another loop's
+are queued with one, as usual), and each time a payload is
 answered the chain forms the next batch from the queue on the loop (``_loop_next``); it
 ends, releasing the instance and waking an instance thread for what is queued, when the
 queue is empty, when an instance thread waits to reserve the instance (a caller that is
@@ -59,6 +61,7 @@ from ..errors import CancelledError, TritonError, UnavailableError
 from ..instance import ModelInstance
 from ..payload import Payload
 from ..request import InferRequest
+from ..response import running_long_lived_loop
 from .base import SchedulerStatistics, reserve_idle
 from .queue import PriorityQueue
 
@@ -102,6 +105,7 @@ class DynamicBatcher:
         self._wakeups = 0
         self._loop_instance: ModelInstance | None = None
         self._loop_chain = False  # an event loop runs this model's payloads (see above)
+        self._loop_chain_loop: asyncio.AbstractEventLoop | None = None  # ... that loop
         # (batch size, shape key, wake-up ns) of a thread waiting for a batch's deadline
         self._armed: tuple[int, Any, int] | None = None
         self._pending: tuple[int, Any] = (0, None)  # set by _form with a deadline
@@ -168,6 +172,9 @@ class DynamicBatcher:
         instance = self._loop_instance
         if instance is None or not instance.runs_on_loop():
             return False
+        caller = running_long_lived_loop()
+        if caller is None:
+            return False
         request.batch_key = self._shape_key(request)
         loop = None
         with self._cond:
@@ -175,18 +182,21 @@ class DynamicBatcher:
                 raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
             now = self._clock.now_ns()
             if self._loop_chain:
+                if self._loop_chain_loop is not caller:
+                    return False  # another loop's chain: queued with a wake-up instead
                 # The running chain forms its next batch from the queue when the current
                 # payload is answered: no thread to wake.
                 request.queue_start_ns = now
                 self._queue.push(request, now)  # raises when a level is full
                 self._number(request)
             else:
-                loop = asyncio._get_running_loop()
-                if loop is None or len(self._queue) or not instance.try_reserve():
+                if len(self._queue) or not instance.try_reserve():
                     return False
+                loop = caller
                 request.queue_start_ns = now
                 self._number(request)
                 self._loop_chain = True
+                self._loop_chain_loop = caller
                 self._ran_inline += 1
         if loop is None:
             request.on_cancel(partial(self._cancel, request))
@@ -210,6 +220,7 @@ class DynamicBatcher:
                     self._ran_inline += 1
             if payload is None:
                 self._loop_chain = False
+                self._loop_chain_loop = None
                 if len(self._queue):
                     self._wakeups += 1
                     self._cond.notify()

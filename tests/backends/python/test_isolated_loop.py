@@ -1,10 +1,11 @@
 """Process-isolated instances run from an event loop (the HTTP/gRPC frontends' path).
 
-A loop caller that promises to consume at once (``consume_now``) starts its request on an
-idle isolated instance without blocking the loop: the worker's answer is read by the loop
-itself, so no instance thread is woken. While that chain runs, other loop callers' requests
-are queued silently and batched by the chain (scheduling/dynamic.py, "Payloads driven by
-an event loop").
+A caller on a long-lived loop (a frontend's; the tests mark theirs with
+``mark_long_lived_loop``) that promises to consume at once (``consume_now``) starts its
+request on an idle isolated instance without blocking the loop: the worker's answer is
+read by the loop itself, so no instance thread is woken. While that chain runs, the same
+loop's callers' requests are queued silently and batched by the chain
+(scheduling/dynamic.py, "Payloads driven by an event loop").
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from test_isolated_server import ADD_SUB_PY, add_sub_config
 from infercore import Server
 from infercore.errors import InternalError
 from infercore.request import InferRequest
+from infercore.response import mark_long_lived_loop
 from infercore.tensor import Tensor
 from infercore.testing import RepositoryBuilder
 
@@ -66,6 +68,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> RepositoryBuilder:
 
 @pytest.fixture
 async def server(repo: RepositoryBuilder) -> AsyncIterator[Server]:
+    mark_long_lived_loop(asyncio.get_running_loop())  # as a frontend's loop is
     async with Server(model_repository=repo.path, model_control_mode="explicit",
                       startup_models=("loop", "pair", "plain")) as started:
         yield started
@@ -209,6 +212,8 @@ def test_a_payload_whose_loop_closed_is_finished_by_the_unload(repo: RepositoryB
         streams = []
 
         async def start_and_leave() -> None:
+            # Marked long-lived, then closed anyway: the broken promise finalize covers.
+            mark_long_lived_loop(asyncio.get_running_loop())
             streams.append(server.infer(_request("gated", gate=str(gate)),
                                         raise_on_error=False, consume_now=True))
 
@@ -251,7 +256,15 @@ def test_two_event_loops_take_turns_on_one_instance(repo: RepositoryBuilder):
                 startup_models=("loop",)) as server:
         results: dict[int, list[float]] = {}
 
+        # Long-lived loops keep that promise: each stays open until both are done.
+        both_done = threading.Barrier(2)
+
         async def clients(offset: int) -> None:
+            mark_long_lived_loop(asyncio.get_running_loop())
+            await run_clients(offset)
+            await asyncio.to_thread(both_done.wait, 60)
+
+        async def run_clients(offset: int) -> None:
             for _ in range(10):
                 streams = [server.infer(_request(value=float(offset + i)), consume_now=True)
                            for i in range(6)]
@@ -263,8 +276,28 @@ def test_two_event_loops_take_turns_on_one_instance(repo: RepositoryBuilder):
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            thread.join(60)
+            # A loop that ended while watching the other loop's payload left it unread.
+            assert not thread.is_alive(), "a payload was never read"
         assert sorted(results) == [*range(6), *range(100, 106)]
         assert all(sums == [3.0 * key] * 10 for key, sums in results.items())
         instance = server._manager.get("loop").instances[0]
         assert not instance.busy.locked()
+
+
+def test_a_loop_not_marked_long_lived_leaves_the_payload_to_the_instance_thread(
+        repo: RepositoryBuilder):
+    # asyncio.run in a caller's code may close with work in flight: never a chain there.
+    with Server(model_repository=repo.path, model_control_mode="explicit",
+                startup_models=("loop",)) as server:
+        scheduler = server._manager.get("loop")._scheduler
+
+        async def one() -> float:
+            response = await server.infer(_request(value=2.0), consume_now=True)
+            return float(_sum(response)[0])
+
+        before = scheduler.statistics()
+        assert asyncio.run(one()) == 6.0
+        after = scheduler.statistics()
+        assert after.wakeups == before.wakeups + 1
+        assert after.ran_inline == before.ran_inline

@@ -154,7 +154,8 @@ class WorkerHandle:
         self._on_loop: tuple[Any, ...] | None = None
         self._watching: asyncio.AbstractEventLoop | None = None
         # Orders starting a payload from a loop against a loop ceasing to watch, when two
-        # loops take turns on the instance (the second must never be left unwatched).
+        # loops take turns on the instance (the second must never be left unwatched, nor
+        # watched by the first, which may close: _unwatch_if_idle hands it over).
         self._watch_lock = threading.Lock()
         self._process: WorkerProcess | None = None
         self._event_thread: threading.Thread | None = None
@@ -356,12 +357,33 @@ class WorkerHandle:
             self._unwatch_if_idle(loop)
 
     def _unwatch_if_idle(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """Under ``_watch_lock``: stop ``loop`` watching the channel unless a payload was
-        started meanwhile (by ``done`` on this loop, or by another loop, which this one
-        then keeps serving). A loop only ever unregisters itself."""
-        if self._on_loop is None and loop is not None and self._watching is loop:
-            self._watching = None
-            loop.remove_reader(self._data.fileno())
+        """Under ``_watch_lock``: stop ``loop`` watching the channel unless a payload it
+        started is in flight (``done`` on this loop chained the next one). A payload that
+        another loop started meanwhile (it found this loop still watching) is handed to
+        that loop, which then watches for itself: a loop never serves another's payload,
+        since it may close once its own work is done. A loop only ever (un)registers
+        itself."""
+        if loop is None or self._watching is not loop:
+            return
+        started = self._on_loop
+        if started is not None and started[0] is loop:
+            return
+        self._watching = None
+        loop.remove_reader(self._data.fileno())
+        if started is not None:
+            owner = started[0]
+            try:
+                owner.call_soon_threadsafe(self._watch_for, owner)
+            except RuntimeError:  # the owner closed: finalize rescues its payload
+                pass
+
+    def _watch_for(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: watch the channel for the payload ``loop`` started (handed over)."""
+        with self._watch_lock:
+            started = self._on_loop
+            if self._watching is None and started is not None and started[0] is loop:
+                loop.add_reader(self._data.fileno(), self._on_loop_readable)
+                self._watching = loop
 
     def _on_loop_readable(self) -> None:
         started = self._on_loop
