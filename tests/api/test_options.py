@@ -6,6 +6,7 @@ import sys
 import threading
 import types
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -291,12 +292,18 @@ def gate(monkeypatch):
     module.release.set()
 
 
-def test_set_exit_timeout_replaces_the_option_for_the_next_stop(repo, gate):
+def _inside_the_gate(repo, gate, exit_timeout: float) -> tuple[Server, Any]:
+    """A started server and the stream of a request now inside the gate model's execute."""
     repo.add_model("gate", config=GATE_CONFIG, model_py=GATE_PY)
-    server = Server(model_repository=repo.path, exit_timeout=600).start()
+    server = Server(model_repository=repo.path, exit_timeout=exit_timeout).start()
     stream = server.model("gate").infer({"X": np.array([1.0], np.float32)},
                                         raise_on_error=False)
     assert gate.entered.wait(30)
+    return server, stream
+
+
+def test_set_exit_timeout_replaces_the_option_for_the_next_stop(repo, gate):
+    server, stream = _inside_the_gate(repo, gate, 600)
     server.set_exit_timeout(0)
     assert server.exit_timeout == 0.0 and server.options.exit_timeout == 600
     stopper = threading.Thread(target=server.stop)
@@ -315,11 +322,7 @@ def test_set_exit_timeout_replaces_the_option_for_the_next_stop(repo, gate):
 
 
 def test_stop_does_not_wait_for_an_execute_that_outlives_the_exit_timeout(repo, gate):
-    repo.add_model("gate", config=GATE_CONFIG, model_py=GATE_PY)
-    server = Server(model_repository=repo.path, exit_timeout=0).start()
-    stream = server.model("gate").infer({"X": np.array([1.0], np.float32)},
-                                        raise_on_error=False)
-    assert gate.entered.wait(30)
+    server, stream = _inside_the_gate(repo, gate, 0)
     stopper = threading.Thread(target=server.stop)
     stopper.start()
     try:

@@ -408,14 +408,8 @@ class WorkerHandle:
             return
         if payload.compute_output_start_ns == 0:
             payload.mark_compute_output_start()
-        finished = False
         try:
-            for frame in frames:
-                if frame[0] == RESPONSE:
-                    self._await_events(frame[8])
-                    self._deliver(frame)
-                elif frame[0] == DONE and frame[1] == exec_id:
-                    finished = True
+            finished = self._take_frames(frames, exec_id)
         except Exception as exc:  # noqa: BLE001 - as a failed execute: answer, go on
             # Its later frames, if any, name slots and an execution no longer awaited.
             logger.exception("instance %s: failed to read its worker's answer", self._name)
@@ -465,14 +459,7 @@ class WorkerHandle:
                 # Its responses arrive with DONE, once execute returned: outputs start now.
                 payload.mark_compute_output_start()
             received = True
-            done = False
-            for frame in frames:
-                if frame[0] == RESPONSE:
-                    self._await_events(frame[8])
-                    self._deliver(frame)
-                elif frame[0] == DONE and frame[1] == exec_id:
-                    done = True
-            if done:
+            if self._take_frames(frames, exec_id):
                 break
         if self._decoupled:
             payload.mark_compute_output_start()
@@ -481,6 +468,17 @@ class WorkerHandle:
             return
         # A request the model left unanswered is failed by the engine; free its block.
         self._table.take_back(entries)
+
+    def _take_frames(self, frames: list[tuple[Any, ...]], exec_id: int) -> bool:
+        """Deliver the responses among a payload's answer frames; True once its DONE came."""
+        finished = False
+        for frame in frames:
+            if frame[0] == RESPONSE:
+                self._await_events(frame[8])
+                self._deliver(frame)
+            elif frame[0] == DONE and frame[1] == exec_id:
+                finished = True
+        return finished
 
     def _lost(self, entries: list[Inflight], done: Callable[[], None],
               unreachable: Callable[[], None]) -> None:
