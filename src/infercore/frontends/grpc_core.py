@@ -240,8 +240,8 @@ class CoreServer:
         metadata = event.invocation_metadata
         handler = waiting.handler
         if handler is None:  # a method nobody registered
-            UnaryCall(call, metadata, self._call_ended).fail(grpc.StatusCode.UNIMPLEMENTED,
-                                                 "Method not found!")
+            unknown = UnaryCall(call, metadata, self._call_ended)
+            unknown.fail(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         elif type(handler) is DirectUnary:
             behavior = handler.behavior
             unary = UnaryCall(call, metadata, self._call_ended)
