@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from .errors import InvalidArgumentError, TritonError
+from .errors import InvalidArgumentError, NotFoundError, TritonError, UnavailableError
 from .inference_request import InferenceRequest
 from .request import InferRequest, ParameterValue
 from .request_trace import Trace, bind_trace
@@ -145,14 +145,25 @@ class Model:
         return list(self._server._resolve(self.name, self.version).labels.get(output_name, []))
 
     def statistics(self) -> list[ModelStatistics]:
-        """Statistics of this version, or of every ready version when the version is -1."""
+        """Statistics of this version, or of every ready version when the version is -1.
+
+        Raises InvalidArgumentError when the model (or the version) is not available, with
+        Triton's texts (statistics are a query, not a request for a model: not NOT_FOUND).
+        """
         manager = self._server._manager
-        if self.version >= 0:
-            return [self._server._resolve(self.name, self.version).stats.snapshot()]
-        versions = manager.ready_versions(self.name)
-        if not versions:
-            self._server._resolve(self.name, -1)  # raises the right not-found error
-        return [manager.get(self.name, v).stats.snapshot() for v in versions]
+        try:
+            if self.version >= 0:
+                return [self._server._resolve(self.name, self.version).stats.snapshot()]
+            versions = manager.ready_versions(self.name)
+            if not versions:
+                self._server._resolve(self.name, -1)  # raises: nothing is available
+            return [manager.get(self.name, v).stats.snapshot() for v in versions]
+        except (NotFoundError, UnavailableError):
+            if self.version >= 0 and manager.ready_versions(self.name):
+                raise InvalidArgumentError("requested model version is not available for "
+                                           f"model '{self.name}'") from None
+            raise InvalidArgumentError(
+                f"requested model '{self.name}' is not available") from None
 
 
 def _to_tensors(inputs: Mapping[str, Any], config: model_config_pb2.ModelConfig

@@ -300,10 +300,14 @@ def test_statistics_count_the_inferences(api) -> None:
     assert api.statistics("add_sub")[0].inference_count >= after.inference_count
 
 
-def test_statistics_of_an_unknown_model_raise(api) -> None:
-    # infercore answers NOT_FOUND; Triton 2.51 INVALID_ARG ("... is not available")
-    with pytest.raises((NotFoundError, InvalidArgumentError), match="no_such_model"):
+def test_statistics_of_an_unknown_model_or_version_raise(api) -> None:
+    # As Triton 2.51 answers (checked against it): INVALID_ARG, not NOT_FOUND
+    with pytest.raises(InvalidArgumentError,
+                       match="requested model 'no_such_model' is not available"):
         api.model("no_such_model").statistics()
+    with pytest.raises(InvalidArgumentError, match="requested model version is not "
+                                                   "available for model 'add_sub'"):
+        api.model("add_sub", 9).statistics()
 
 
 # -- model control (EXPLICIT mode) -------------------------------------------------------------

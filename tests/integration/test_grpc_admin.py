@@ -91,7 +91,9 @@ def test_statistics_count_inferences(client):
     assert any(batch.batch_size == 2 for batch in after.batch_stats)
     everything = client.get_inference_statistics()
     assert {"add_sub", "mirror", "counter"} <= {s.name for s in everything.model_stats}
-    assert _failure(client.get_inference_statistics, "nope").status() == "StatusCode.NOT_FOUND"
+    unknown = _failure(client.get_inference_statistics, "nope")  # as Triton 2.51 answers
+    assert unknown.status() == "StatusCode.INVALID_ARGUMENT"
+    assert unknown.message() == "requested model 'nope' is not available"
 
 
 def test_repository_index_unload_and_load(client):
