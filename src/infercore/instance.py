@@ -72,6 +72,11 @@ class ModelInstance:
         # False: an event loop's thread never runs it, however short its executions
         self._inline_on_loop = inline_on_loop_allowed
         self.busy = threading.Lock()
+        # The backend's loop_ready, if it can run payloads from an event loop (looked up
+        # once: the common backends have none, and a failed lookup per request costs)
+        self._loop_ready: Callable[[], bool] | None = getattr(backend_instance, "loop_ready",
+                                                               None)
+        self.loop_capable = self._loop_ready is not None and not decoupled
         # Threads waiting in reserve(); read (without the lock) by runs_on_loop.
         self.waiting = 0
         self._waiting_lock = threading.Lock()
@@ -94,7 +99,7 @@ class ModelInstance:
         """Whether a payload can run from an event loop without blocking it: the backend
         starts it there and finishes it when its answer is readable (process-isolated
         instances: ``execute_on_loop``), and no thread waits to reserve the instance."""
-        ready = getattr(self._backend, "loop_ready", None)
+        ready = self._loop_ready
         return (ready is not None and self.inline_allowed and not self._decoupled
                 and not self.waiting and ready())
 

@@ -114,7 +114,8 @@ class DynamicBatcher:
     def attach(self, instances: Sequence[ModelInstance]) -> None:
         self._inline_instances = tuple(instances)
         # One instance that can run payloads from an event loop: loops chain them there.
-        self._loop_instance = instances[0] if len(instances) == 1 else None
+        self._loop_instance = (instances[0] if len(instances) == 1
+                               and instances[0].loop_capable else None)
 
     def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
                 on_loop: bool = False) -> None:
