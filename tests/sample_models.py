@@ -1,5 +1,12 @@
 """Model sources the tests share: Triton Python-backend models written as users write them."""
 
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from typing import Any
+
 ADD_SUB_CONFIG = """
 name: "add_sub"
 backend: "python"
@@ -31,6 +38,42 @@ class TritonPythonModel:
             ]))
         return responses
 """
+
+# add_sub that first sets ``gate.entered`` and waits (up to 60 s) for ``gate.release``;
+# the gate is a module the test installs (install_gate) under the name given.
+_GATED_ADD_SUB_PY = """
+import GATE_MODULE as gate
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        gate.entered.set()
+        gate.release.wait(60)
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
+                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
+def gated_add_sub_py(gate_module: str) -> str:
+    """The gated add_sub model's source, importing its gate as ``gate_module``."""
+    return _GATED_ADD_SUB_PY.replace("GATE_MODULE", gate_module)
+
+
+def install_gate(monkeypatch: Any, name: str) -> types.ModuleType:
+    """A gate module (``entered``, ``release`` events) importable by in-thread models as
+    ``name`` until the test ends; the caller releases it at teardown."""
+    module = types.ModuleType(name)
+    module.entered = threading.Event()  # type: ignore[attr-defined]
+    module.release = threading.Event()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
 
 # Every Triton datatype, as the identity test models name their tensors.
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import math
 import re
-import sys
-import threading
-import types
 
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sample_models import install_gate
 
 from infercore import InvalidArgumentError, Options, Server, TritonError
 from infercore.metrics import CpuSampler, MetricsSettings, parse_metrics_config
@@ -93,14 +91,10 @@ def value(text: str, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def gate():
-    module = types.ModuleType("_metrics_gate")
-    module.entered = threading.Event()
-    module.release = threading.Event()
-    sys.modules["_metrics_gate"] = module
+def gate(monkeypatch):
+    module = install_gate(monkeypatch, "_metrics_gate")
     yield module
     module.release.set()
-    del sys.modules["_metrics_gate"]
 
 
 def test_counts_after_known_traffic_are_exact(add_sub_repo):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from sample_models import install_gate
 
 from infercore import (
     InvalidArgumentError,
@@ -284,10 +283,7 @@ class TritonPythonModel:
 
 @pytest.fixture
 def gate(monkeypatch):
-    module = types.ModuleType("api_options_gate")
-    module.entered = threading.Event()
-    module.release = threading.Event()
-    monkeypatch.setitem(sys.modules, "api_options_gate", module)
+    module = install_gate(monkeypatch, "api_options_gate")
     yield module
     module.release.set()
 

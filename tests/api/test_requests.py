@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-import sys
-import threading
-import types
 
 import numpy as np
 import pytest
 import torch
+from sample_models import install_gate
 
 from infercore import (
     DataType,
@@ -87,9 +85,7 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 
 @pytest.fixture
 def gate(monkeypatch):
-    module = types.ModuleType("api_requests_gate")
-    module.entered, module.release = threading.Event(), threading.Event()
-    monkeypatch.setitem(sys.modules, "api_requests_gate", module)
+    module = install_gate(monkeypatch, "api_requests_gate")
     yield module
     module.release.set()
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import sys
 import threading
-import types
 
 import numpy as np
 import pytest
 import torch
-from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
+from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, gated_add_sub_py, install_gate
 
 from infercore import (
     CancelledError,
@@ -60,31 +58,13 @@ class TritonPythonModel:
         return None
 """
 
-GATED_PY = """
-import api_queues_gate as gate
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        gate.entered.set()
-        gate.release.wait(60)
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
-                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
+GATED_PY = gated_add_sub_py("api_queues_gate")
 
 
 @pytest.fixture
 def gate(monkeypatch):
-    module = types.ModuleType("api_queues_gate")
-    module.entered, module.release = threading.Event(), threading.Event()
-    module.hold = False
-    monkeypatch.setitem(sys.modules, "api_queues_gate", module)
+    module = install_gate(monkeypatch, "api_queues_gate")
+    module.hold = False  # the repeat model holds its first response only when asked
     yield module
     module.release.set()
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
-import types
 
 import numpy as np
 import pytest
+from sample_models import gated_add_sub_py, install_gate
 
 from infercore import (
     DataType,
@@ -75,23 +74,7 @@ class TritonPythonModel:
         return responses
 """
 
-GATE_PY = """
-import api_traces_gate as gate
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        gate.entered.set()
-        gate.release.wait(60)
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
-                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
+GATE_PY = gated_add_sub_py("api_traces_gate")
 
 
 @pytest.fixture
@@ -122,9 +105,7 @@ def test_activities_arrive_in_tritons_order_with_their_timestamps(server):
 
 
 def test_custom_activities_take_their_place_by_timestamp(add_sub_repo, monkeypatch):
-    gate = types.ModuleType("api_traces_gate")
-    gate.entered, gate.release = threading.Event(), threading.Event()
-    monkeypatch.setitem(sys.modules, "api_traces_gate", gate)
+    gate = install_gate(monkeypatch, "api_traces_gate")
     add_sub_repo.add_model("add_sub", config=(add_sub_repo.path / "add_sub" /
                                               "config.pbtxt").read_text(), model_py=GATE_PY)
     received: list[TraceEvent] = []
