@@ -30,7 +30,6 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import isolation
@@ -111,20 +110,6 @@ def throughput(server: Server, model: str, loop: int, seconds: float) -> float:
     return isolation.throughput(server, model, loop, seconds, warm=CLIENTS)
 
 
-def latency_us(server: Server, model: str, shape: tuple[int, int], calls: int) -> float:
-    handle = server.model(model)
-    inputs = {"X": np.ones(shape, np.float32)}
-    for _ in range(min(200, calls)):
-        handle.infer(inputs).result()
-    samples = []
-    clock = time.perf_counter_ns
-    for _ in range(calls):
-        begin = clock()
-        handle.infer(inputs).result()
-        samples.append(clock() - begin)
-    return statistics.median(samples) / 1000
-
-
 def run(args: argparse.Namespace) -> dict[str, object]:
     import ray
     from ray.cluster_utils import Cluster
@@ -143,7 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                     for model in rounds:
                         rounds[model].append(throughput(server, model, args.loop,
                                                         args.seconds))
-                latency = {(model, size): latency_us(server, model, shape, args.calls)
+                latency = {(model, size): isolation.latency_us(
+                               server, model, {"X": np.ones(shape, np.float32)}, args.calls)
                            for size, shape in (("small", SMALL), ("1 MiB", LARGE))
                            for model in ("echo_local", "echo_ray")}
     finally:
