@@ -75,6 +75,49 @@ def install_gate(monkeypatch: Any, name: str) -> types.ModuleType:
     return module
 
 
+# "slow": runs for SECONDS or until cancelled, then answers CANCELLED (counted as a
+# failure). Every execution takes a millisecond at least: the engine runs a request of a
+# model whose recent executions were shorter than 50 µs on the event loop awaiting it,
+# which a long one would then stall.
+_SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+max_batch_size: 0
+input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT_NAME", data_type: TYPE_FP32, dims: [ 1 ] } ]
+instance_group [ { count: INSTANCES, kind: KIND_CPU } ]
+"""
+
+_SLOW_PY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
+            deadline = time.monotonic() + float(seconds[0])
+            time.sleep(0.001)
+            while time.monotonic() < deadline and not request.is_cancelled():
+                time.sleep(0.002)
+            if request.is_cancelled():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "cancelled", pb_utils.TritonError.CANCELLED)))
+            else:
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("OUTPUT_NAME", seconds)]))
+        return responses
+"""
+
+
+def slow_model(output: str = "SLEPT", instances: int = 2) -> tuple[str, str]:
+    """The "slow" model's (config, model.py), answering SECONDS back as ``output``."""
+    config = _SLOW_CONFIG.replace("OUTPUT_NAME", output).replace("INSTANCES", str(instances))
+    return config, _SLOW_PY.replace("OUTPUT_NAME", output)
+
+
 # Every Triton datatype, as the identity test models name their tensors.
 DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "BYTES")

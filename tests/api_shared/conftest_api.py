@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from integration.serve_process import ServeProcess
-from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
+from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, slow_model
 from sample_models import DECOUPLED_COUNTER_CONFIG as COUNTER_CONFIG
 from sample_models import DECOUPLED_COUNTER_PY as COUNTER_PY
 
@@ -68,41 +68,8 @@ class TritonPythonModel:
         return None
 """
 
-# One instance: runs for SECONDS or until cancelled, then answers CANCELLED. Every
-# execution takes a millisecond at least: the engine runs a request of a model whose
-# recent executions were shorter than 50 µs on the event loop awaiting it, which a
-# 600-second one would then stall.
-SLOW_CONFIG = """
-name: "slow"
-backend: "python"
-max_batch_size: 0
-input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]
-output [ { name: "SLEPT", data_type: TYPE_FP32, dims: [ 1 ] } ]
-instance_group [ { count: 1, kind: KIND_CPU } ]
-"""
-
-SLOW_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            deadline = time.monotonic() + float(seconds[0])
-            time.sleep(0.001)
-            while time.monotonic() < deadline and not request.is_cancelled():
-                time.sleep(0.002)
-            if request.is_cancelled():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    "cancelled", pb_utils.TritonError.CANCELLED)))
-            else:
-                responses.append(pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("SLEPT", seconds)]))
-        return responses
-"""
+# One instance (see sample_models.slow_model).
+SLOW_CONFIG, SLOW_PY = slow_model(instances=1)
 
 # Tells what it was given (parameters, correlation id, timeout, id) as JSON, and answers
 # with response parameters of each kind.

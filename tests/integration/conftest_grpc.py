@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES
+from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES, slow_model
 from sample_models import DECOUPLED_COUNTER_CONFIG as COUNTER_CONFIG
 from sample_models import DECOUPLED_COUNTER_PY as COUNTER_PY
 from serve_process import GrpcServeProcess
@@ -109,37 +109,8 @@ class TritonPythonModel:
         return responses
 """
 
-# Runs for SECONDS, or until cancelled: then answers CANCELLED (counted as a failure).
-SLOW_CONFIG = """
-name: "slow"
-backend: "python"
-max_batch_size: 0
-input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]
-output [ { name: "SLEPT", data_type: TYPE_FP32, dims: [ 1 ] } ]
-instance_group [ { count: 2, kind: KIND_CPU } ]
-"""
+SLOW_CONFIG, SLOW_PY = slow_model()
 
-SLOW_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            deadline = time.monotonic() + float(seconds[0])
-            while time.monotonic() < deadline and not request.is_cancelled():
-                time.sleep(0.002)
-            if request.is_cancelled():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    "cancelled", pb_utils.TritonError.CANCELLED)))
-            else:
-                responses.append(pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("SLEPT", seconds)]))
-        return responses
-"""
 
 def build_repository(path: Path) -> Path:
     repo = RepositoryBuilder(path)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES
+from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, DATATYPES, slow_model
 from serve_process import HttpServeProcess
 
 from infercore.testing import RepositoryBuilder
@@ -114,37 +114,8 @@ class TritonPythonModel:
         return responses
 """
 
-# Runs until cancelled (or 20 s); each cancellation it sees is counted as a failure.
-SLOW_CONFIG = """
-name: "slow"
-backend: "python"
-max_batch_size: 0
-input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]
-output [ { name: "DONE", data_type: TYPE_FP32, dims: [ 1 ] } ]
-instance_group [ { count: 2, kind: KIND_CPU } ]
-"""
-
-SLOW_PY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            deadline = time.monotonic() + float(seconds[0])
-            while time.monotonic() < deadline and not request.is_cancelled():
-                time.sleep(0.005)
-            if request.is_cancelled():
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)))
-            else:
-                responses.append(pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("DONE", seconds)]))
-        return responses
-"""
+# Answers DONE (see sample_models.slow_model).
+SLOW_CONFIG, SLOW_PY = slow_model("DONE")
 
 DECOUPLED_CONFIG = """
 name: "decoupled"
