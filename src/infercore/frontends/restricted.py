@@ -284,22 +284,17 @@ def _guard_handler(handler: GrpcHandler, restriction: Restriction) -> GrpcHandle
             direct(call, data)
 
         return DirectUnary(checked)
-    if handler.unary_unary is not None:
-        behavior = handler.unary_unary
+    for kind in ("unary_unary", "stream_stream"):  # the kinds the frontend registers
+        behavior = getattr(handler, kind)
+        if behavior is None:
+            continue
 
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def checked_async(first: Any, context: grpc.aio.ServicerContext,
+                                behavior: Any = behavior) -> Any:
+            # first: the request (unary) or the request iterator (stream)
             if not _allowed(context, key, value):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-            return await behavior(request, context)
+            return await behavior(first, context)
 
-        return handler._replace(unary_unary=unary)  # type: ignore[attr-defined,no-any-return]
-    if handler.stream_stream is not None:
-        stream_behavior = handler.stream_stream
-
-        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            if not _allowed(context, key, value):
-                await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-            return await stream_behavior(requests, context)
-
-        return handler._replace(stream_stream=stream)  # type: ignore[attr-defined,no-any-return]
+        return handler._replace(**{kind: checked_async})  # type: ignore[attr-defined,no-any-return]
     raise TypeError(f"cannot guard a gRPC handler of this kind: {handler!r}")
