@@ -65,6 +65,42 @@ def gated_add_sub_py(gate_module: str) -> str:
     return _GATED_ADD_SUB_PY.replace("GATE_MODULE", gate_module)
 
 
+# "gate": Y = X (FP32 [1]) once the gate opens; a negative X is answered with an error.
+_GATED_IDENTITY_CONFIG = """
+name: "gate"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+_GATED_IDENTITY_PY = """
+import GATE_MODULE as gate
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        gate.entered.set()
+        gate.release.wait(60)
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if x[0] < 0:
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative")))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        return responses
+"""
+
+
+def gated_identity_model(gate_module: str) -> tuple[str, str]:
+    """The "gate" model's (config, model.py), importing its gate as ``gate_module``."""
+    return _GATED_IDENTITY_CONFIG, _GATED_IDENTITY_PY.replace("GATE_MODULE", gate_module)
+
+
 def install_gate(monkeypatch: Any, name: str) -> types.ModuleType:
     """A gate module (``entered``, ``release`` events) importable by in-thread models as
     ``name`` until the test ends; the caller releases it at teardown."""

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sample_models import install_gate
+from sample_models import gated_identity_model, install_gate
 
 from infercore import InvalidArgumentError, Options, Server, TritonError
 from infercore.metrics import CpuSampler, MetricsSettings, parse_metrics_config
@@ -18,34 +18,7 @@ from infercore.stats import LatencyWindow
 ONES = np.ones((1, 4), np.float32)
 
 # A model whose instance waits for the test: requests queue behind it deterministically.
-GATE_CONFIG = """
-name: "gate"
-backend: "python"
-max_batch_size: 0
-input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
-output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]
-instance_group [ { count: 1, kind: KIND_CPU } ]
-"""
-
-GATE_PY = """
-import _metrics_gate as gate
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        gate.entered.set()
-        gate.release.wait(30)
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            if x[0] < 0:
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("negative")))
-            else:
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
-        return responses
-"""
+GATE_CONFIG, GATE_PY = gated_identity_model("_metrics_gate")
 
 DECOUPLED_CONFIG = """
 name: "stream"

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sample_models import install_gate
+from sample_models import gated_identity_model, install_gate
 
 from infercore import (
     InvalidArgumentError,
@@ -258,27 +258,7 @@ def create_backend(settings):
 
 
 # -- set_exit_timeout ----------------------------------------------------------------------
-GATE_CONFIG = """
-name: "gate"
-backend: "python"
-max_batch_size: 0
-input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
-output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]
-instance_group [ { count: 1, kind: KIND_CPU } ]
-"""
-
-GATE_PY = """
-import api_options_gate as gate
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        gate.entered.set()
-        gate.release.wait(60)
-        x = pb_utils.get_input_tensor_by_name(requests[0], "X").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)])]
-"""
+GATE_CONFIG, GATE_PY = gated_identity_model("api_options_gate")
 
 
 @pytest.fixture
