@@ -259,31 +259,32 @@ class RemoteServer(StartStop):
         return await self._loop.acall(make(self._live_transport()))
 
     # -- health and descriptions -----------------------------------------------------------
-    def live(self) -> bool:
-        """Whether the server answers live; False when it cannot be reached."""
+    def _probe(self, make: Callable[[Transport], Coroutine[Any, Any, bool]]) -> bool:
+        """A health answer; False when the server cannot be reached."""
         try:
-            return self._call(lambda t: t.live())
+            return self._call(make)
         except UnavailableError:
             return False
 
-    async def alive(self) -> bool:
+    async def _aprobe(self, make: Callable[[Transport], Coroutine[Any, Any, bool]]) -> bool:
         try:
-            return await self._acall(lambda t: t.live())
+            return await self._acall(make)
         except UnavailableError:
             return False
+
+    def live(self) -> bool:
+        """Whether the server answers live; False when it cannot be reached."""
+        return self._probe(lambda t: t.live())
+
+    async def alive(self) -> bool:
+        return await self._aprobe(lambda t: t.live())
 
     def ready(self) -> bool:
         """Whether the server answers ready; False when it cannot be reached."""
-        try:
-            return self._call(lambda t: t.ready())
-        except UnavailableError:
-            return False
+        return self._probe(lambda t: t.ready())
 
     async def aready(self) -> bool:
-        try:
-            return await self._acall(lambda t: t.ready())
-        except UnavailableError:
-            return False
+        return await self._aprobe(lambda t: t.ready())
 
     def metadata(self) -> dict[str, Any]:
         """The server's name, version and extensions."""
