@@ -580,6 +580,24 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_request(
     assert assert_serves(crashy) != pid
 
 
+def test_a_payload_the_dead_worker_never_read_is_retried_on_its_replacement(
+    crashy: IsolatedInstance,
+):
+    pid = assert_serves(crashy)
+    os.kill(pid, signal.SIGSTOP)  # it cannot read what is sent from now on
+    core, stream = add_sub()
+    runner = threading.Thread(target=execute, args=(crashy, core))
+    runner.start()
+    runner.join(0.3)
+    assert runner.is_alive()  # the payload waits, unread, in the stopped worker's socket
+    os.kill(pid, signal.SIGKILL)
+    runner.join(20)
+    assert not runner.is_alive()
+    response = only(stream)
+    assert response.error is None, response.error  # not failed: run by the new worker
+    assert int(response.outputs["PID"].to_numpy()[0]) not in (0, pid)
+
+
 def test_a_failed_restart_is_retried_by_the_next_request(harness: Harness):
     _, (instance,) = harness.load("flaky", CRASHY_PY, CRASHY_CONFIG.replace('"crashy"',
                                                                            '"flaky"'))

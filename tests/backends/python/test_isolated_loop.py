@@ -171,6 +171,21 @@ async def test_a_worker_killed_between_requests_is_replaced_without_a_failure(
     assert server.model("loop").statistics()[0].fail.count == 0
 
 
+async def test_a_payload_the_dead_worker_never_read_is_retried_on_its_replacement(
+        server: Server):
+    response = await server.infer(_request(), consume_now=True)
+    pid = int(response.outputs["PIDS"].to_numpy()[0][0])
+    os.kill(pid, signal.SIGSTOP)  # it cannot read what the loop sends from now on
+    pending = asyncio.ensure_future(server.infer(_request(), consume_now=True))
+    await asyncio.sleep(0.3)
+    assert not pending.done()  # sent from the loop, unread in the stopped worker's socket
+    os.kill(pid, signal.SIGKILL)
+    response = await asyncio.wait_for(pending, 20)
+    assert _sum(response) == [3.0] * 4
+    assert int(response.outputs["PIDS"].to_numpy()[0][0]) not in (0, pid)
+    assert server.model("loop").statistics()[0].fail.count == 0
+
+
 async def test_without_dynamic_batching_a_loop_caller_runs_an_idle_instance(server: Server):
     loaded = server._manager.get("plain")
     before = loaded._scheduler.statistics()

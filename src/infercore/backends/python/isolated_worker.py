@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import socket
 import sys
 import threading
@@ -190,7 +191,11 @@ class WorkerHandle:
         """
         settings = self._settings
         size = settings.shm_size
-        self._data, data_theirs = socket.socketpair()
+        # The data channel is two one-way sockets. One socket both ways would make each
+        # read of the worker's answer wake the worker, asleep on that socket waiting for
+        # the next payload, only for it to sleep again: a needless wake-up per payload.
+        self._data, data_theirs = socket.socketpair()  # payloads: server -> worker
+        self._answers, answers_theirs = socket.socketpair()  # answers: worker -> server
         self._events, events_theirs = socket.socketpair()
         self._inputs = InputArena(f"infercore-{self._name}-in", size, settings.shm_growth)
         self._outputs = ArenaView(create_memory_file(f"infercore-{self._name}-out", size), size)
@@ -202,8 +207,8 @@ class WorkerHandle:
         self._inflight = InflightTable(self._inputs.free,
                                        lambda block: self._inputs.set_flag(block, 1))
         try:
-            fds = [data_theirs.fileno(), events_theirs.fileno(), self._inputs.fd,
-                   self._outputs.fd, self._bls_inputs.fd]
+            fds = [data_theirs.fileno(), answers_theirs.fileno(), events_theirs.fileno(),
+                   self._inputs.fd, self._outputs.fd, self._bls_inputs.fd]
             self._process = spawn_worker(settings.start_method, self._name, fds,
                                          settings.start_timeout_s)
         except BaseException:
@@ -211,8 +216,9 @@ class WorkerHandle:
             raise
         finally:
             data_theirs.close()
+            answers_theirs.close()
             events_theirs.close()
-        self._reader = FrameReader(self._data)
+        self._reader = FrameReader(self._answers)
         self._event_thread = threading.Thread(
             target=self._read_events, daemon=True,
             name=f"infercore-{settings.model_name}-{self._name}-events",
@@ -341,7 +347,7 @@ class WorkerHandle:
         with self._watch_lock:
             self._on_loop = (loop, exec_id, payload, entries, done, unreachable)
             if self._watching is None:
-                loop.add_reader(self._data.fileno(), self._on_loop_readable)
+                loop.add_reader(self._answers.fileno(), self._on_loop_readable)
                 self._watching = loop
         try:
             self._data.sendall(frame)  # a few hundred bytes: never blocks the loop
@@ -369,7 +375,7 @@ class WorkerHandle:
         if started is not None and started[0] is loop:
             return
         self._watching = None
-        loop.remove_reader(self._data.fileno())
+        loop.remove_reader(self._answers.fileno())
         if started is not None:
             owner = started[0]
             try:
@@ -382,7 +388,7 @@ class WorkerHandle:
         with self._watch_lock:
             started = self._on_loop
             if self._watching is None and started is not None and started[0] is loop:
-                loop.add_reader(self._data.fileno(), self._on_loop_readable)
+                loop.add_reader(self._answers.fileno(), self._on_loop_readable)
                 self._watching = loop
 
     def _on_loop_readable(self) -> None:
@@ -398,7 +404,7 @@ class WorkerHandle:
         _, exec_id, payload, entries, done, unreachable = started
         if not frames:  # EOF: the worker died
             self._settle_on_loop(watcher)
-            if self._reader.reset and payload.compute_output_start_ns == 0:
+            if payload.compute_output_start_ns == 0 and self._payload_unread():
                 self._lost(entries, done, unreachable)  # it never read the payload
                 return
             table = self._table
@@ -448,7 +454,7 @@ class WorkerHandle:
         while True:
             frames = reader.read()
             if not frames:
-                if reader.reset and not received:
+                if not received and self._payload_unread():
                     self._undelivered(entries)  # raises WorkerUnreachable: retried
                     return
                 # The worker died with the payload in hand.
@@ -501,6 +507,22 @@ class WorkerHandle:
         if len(taken) == len(entries):
             raise WorkerUnreachable
         fail(taken, self._crash_error_text())  # some were answered already: fail the rest
+
+    def _payload_unread(self) -> bool:
+        """After the worker's death (EOF on its answers): whether it left what we sent it
+        unread. A Unix socket closed with data still in its receive queue resets its peer
+        (Linux), so our end of the payload socket then reports ECONNRESET. A dying
+        process's descriptors close one by one, so that end may close a moment after the
+        answer socket: wait for it (a crash only; microseconds)."""
+        try:
+            closed, _, _ = select.select([self._data], [], [], _EXIT_STATUS_WAIT_S)
+            if closed:
+                self._data.recv(1, socket.MSG_DONTWAIT)
+        except ConnectionResetError:
+            return True
+        except (OSError, ValueError):  # read everything, or closed under us
+            return False
+        return False
 
     def _await_events(self, count: int) -> None:
         """Wait until the event thread has handled the worker's first ``count`` event frames
@@ -619,12 +641,14 @@ class WorkerHandle:
             # A payload that never ended (finalized past the exit timeout): its loop stops
             # watching the channel, which this thread reads from now on.
             try:
-                watching.call_soon_threadsafe(watching.remove_reader, self._data.fileno())
+                watching.call_soon_threadsafe(watching.remove_reader,
+                                              self._answers.fileno())
             except RuntimeError:  # closed meanwhile
                 pass
         if not self._table.closed:
             try:
                 self._data.settimeout(timeout)
+                self._answers.settimeout(timeout)
                 self._data.sendall(encode_frame((FINALIZE,)))
                 finished = False
                 while not finished:
@@ -652,7 +676,7 @@ class WorkerHandle:
         self._close_resources()
 
     def _close_resources(self) -> None:
-        for resource in ("_data", "_inputs", "_outputs", "_bls_inputs"):
+        for resource in ("_data", "_answers", "_inputs", "_outputs", "_bls_inputs"):
             value = getattr(self, resource, None)
             if value is not None:
                 value.close()

@@ -41,8 +41,8 @@ def _prctl(option: int, value: int | bytes) -> None:
 
 
 def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
-    """Serve one instance over ``fds`` = [data socket, event socket, input file, output
-    file, BLS file]."""
+    """Serve one instance over ``fds`` = [payload socket, answer socket, event socket,
+    input file, output file, BLS file]."""
     from .worker_runtime import WorkerRuntime
 
     # `ps` and `top` show which instance a worker runs (the kernel keeps 15 bytes).
@@ -53,10 +53,11 @@ def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != fork_server_pid:  # it died before the prctl took effect
             return 1
-    data_fd, event_fd, input_fd, output_fd, bls_fd = fds
+    data_fd, answer_fd, event_fd, input_fd, output_fd, bls_fd = fds
     data = socket.socket(fileno=data_fd)
+    answers = socket.socket(fileno=answer_fd)
     events = socket.socket(fileno=event_fd)
-    return WorkerRuntime(data, events, input_fd, output_fd, bls_fd).run()
+    return WorkerRuntime(data, answers, events, input_fd, output_fd, bls_fd).run()
 
 
 def _serve_forks(sock: socket.socket) -> None:

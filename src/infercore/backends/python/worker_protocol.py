@@ -1,12 +1,14 @@
 """The messages between the server and a worker process, and how tensors cross.
 
-Two stream sockets join the server and each worker; frames on them are a 4-byte length and a
-``marshal``-encoded tuple whose first item is the frame's kind. Only metadata travels in
-frames: tensor data lies in the worker's shared memory (worker_arena.py) and frames carry
-``(name, datatype, shape, offset, nbytes)`` descriptors. (marshal is the fastest encoder of
-plain tuples, and both ends run the same interpreter, so its format always matches.)
+Two channels of Unix stream sockets join the server and each worker; frames on them are a
+4-byte length and a ``marshal``-encoded tuple whose first item is the frame's kind. Only
+metadata travels in frames: tensor data lies in the worker's shared memory (worker_arena.py)
+and frames carry ``(name, datatype, shape, offset, nbytes)`` descriptors. (marshal is the
+fastest encoder of plain tuples, and both ends run the same interpreter, so its format
+always matches.)
 
-    data channel   server -> worker: INIT, EXECUTE, FINALIZE
+    data channel   (one socket each way)
+                   server -> worker: INIT, EXECUTE, FINALIZE
                    worker -> server: READY or INIT_FAILED, then per EXECUTE the responses
                    (models that are not decoupled; written together with DONE in one
                    send) and DONE; FINALIZED
@@ -141,19 +143,16 @@ def encode_frame(frame: tuple[Any, ...]) -> bytes:
 
 
 class FrameReader:
-    """Reads whole frames from one socket, for the one thread that owns it.
+    """Reads whole frames from one socket, for the one thread that owns it."""
 
-    ``reset`` tells how the peer went away: a Unix socket closed with data still unread in
-    its receive queue resets the connection instead of ending it (Linux), so a reset on
-    the data channel means the worker died before it had read all we sent it.
-    """
-
-    __slots__ = ("_socket", "_buffer", "reset")
+    __slots__ = ("_socket", "_buffer", "_scratch")
 
     def __init__(self, sock: socket.socket) -> None:
         self._socket = sock
         self._buffer = bytearray()
-        self.reset = False
+        # Received into one reused buffer: ``recv(n)`` allocates n bytes per call, and at
+        # this size glibc maps, faults in and unmaps them every time (~12 µs a call).
+        self._scratch = memoryview(bytearray(_READ_SIZE))
 
     def read(self) -> list[tuple[Any, ...]]:
         """Every complete frame received so far, waiting for one; [] when the peer is gone
@@ -164,15 +163,12 @@ class FrameReader:
             if frames:
                 return frames
             try:
-                chunk = self._socket.recv(_READ_SIZE)
-            except ConnectionResetError:
-                self.reset = True
+                count = self._socket.recv_into(self._scratch)
+            except OSError:  # reset, a timeout, or closed under us
                 return []
-            except OSError:  # a timeout, or closed under us
+            if not count:
                 return []
-            if not chunk:
-                return []
-            buffer += chunk
+            buffer += self._scratch[:count]
 
     def read_available(self) -> list[tuple[Any, ...]] | None:
         """Without waiting (for an event loop told the socket is readable): the complete
@@ -183,17 +179,14 @@ class FrameReader:
         if frames:
             return frames
         try:
-            chunk = self._socket.recv(_READ_SIZE, socket.MSG_DONTWAIT)
+            count = self._socket.recv_into(self._scratch, 0, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return None
-        except ConnectionResetError:
-            self.reset = True
+        except OSError:  # reset, or closed under us
             return []
-        except OSError:  # closed under us
+        if not count:
             return []
-        if not chunk:
-            return []
-        buffer += chunk
+        buffer += self._scratch[:count]
         return self._parse(buffer) or None
 
     @staticmethod

@@ -282,9 +282,10 @@ class _ForwardingHandler(logging.Handler):
 class WorkerRuntime:
     """The worker's main loop over its data channel."""
 
-    def __init__(self, data: socket.socket, events: socket.socket, input_fd: int,
-                 output_fd: int, bls_fd: int) -> None:
-        self._data = data
+    def __init__(self, data: socket.socket, answers: socket.socket, events: socket.socket,
+                 input_fd: int, output_fd: int, bls_fd: int) -> None:
+        self._data = data  # the server's payloads, read here
+        self._answers = answers  # our answers to them, written here
         self._events = events
         self._input_fd = input_fd
         self._output_fd = output_fd
@@ -307,7 +308,7 @@ class WorkerRuntime:
         self._inputs = ArenaView(self._input_fd, settings["input_size"])
         ring = OutputRing(self._output_fd, settings["output_size"], settings["growth"])
         self._model_name: str = settings["model_name"]
-        self._outbox = _Outbox(self._data, self._events, ring, settings["decoupled"])
+        self._outbox = _Outbox(self._answers, self._events, ring, settings["decoupled"])
         self._decoupled: bool = settings["decoupled"]
         self._install_logging(settings["log_levels"])
         bls_arena = InputArena("", settings["bls_size"], settings["growth"], fd=self._bls_fd)
