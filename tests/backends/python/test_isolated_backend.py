@@ -373,6 +373,21 @@ def test_requests_run_in_a_worker_process(crashy: IsolatedInstance):
     assert crashy.statistics().state is InstanceState.READY
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_workers_run_under_the_batch_scheduling_policy(harness: Harness,
+                                                       crashy: IsolatedInstance):
+    assert os.sched_getscheduler(assert_serves(crashy)) == os.SCHED_BATCH
+    config = CRASHY_CONFIG.replace('"crashy"', '"spawned_batch"') + (
+        'parameters: { key: "infercore.worker_start_method" value: { string_value: "spawn" } }')
+    _, (spawned,) = harness.load("spawned_batch", CRASHY_PY, config)
+    ones = np.ones(4, np.float32)
+    core, stream = request("spawned_batch", {"INPUT0": ones, "INPUT1": ones})
+    execute(spawned, core)
+    pid = int(only(stream).outputs["PID"].to_numpy()[0])
+    assert os.sched_getscheduler(pid) == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the server's own policy is untouched
+
+
 def test_a_batch_gets_one_response_each_and_compute_marks(crashy: IsolatedInstance):
     pairs = [request("crashy", {"INPUT0": np.full(4, i, np.float32),
                                 "INPUT1": np.ones(4, np.float32)}) for i in range(3)]
