@@ -373,18 +373,8 @@ def test_requests_run_in_a_worker_process(crashy: IsolatedInstance):
     assert crashy.statistics().state is InstanceState.READY
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
-def test_workers_run_under_the_batch_scheduling_policy(harness: Harness,
-                                                       crashy: IsolatedInstance):
+def test_workers_run_under_the_batch_scheduling_policy(crashy: IsolatedInstance):
     assert os.sched_getscheduler(assert_serves(crashy)) == os.SCHED_BATCH
-    config = CRASHY_CONFIG.replace('"crashy"', '"spawned_batch"') + (
-        'parameters: { key: "infercore.worker_start_method" value: { string_value: "spawn" } }')
-    _, (spawned,) = harness.load("spawned_batch", CRASHY_PY, config)
-    ones = np.ones(4, np.float32)
-    core, stream = request("spawned_batch", {"INPUT0": ones, "INPUT1": ones})
-    execute(spawned, core)
-    pid = int(only(stream).outputs["PID"].to_numpy()[0])
-    assert os.sched_getscheduler(pid) == os.SCHED_BATCH
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the server's own policy is untouched
 
 
@@ -756,6 +746,7 @@ def test_spawn_start_method_starts_a_fresh_interpreter(harness: Harness):
     with open(f"/proc/{pid}/status") as status:  # a child of this process, not forked later
         ppid = next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
     assert ppid == os.getpid()
+    assert os.sched_getscheduler(pid) == os.SCHED_BATCH  # as forked workers are
 
 
 # -- configuration ------------------------------------------------------------------------
