@@ -17,7 +17,7 @@ Threads:
     channel and reads it until DONE. A model that is not decoupled answers on this channel,
     so its requests cross no thread of ours: caller -> worker -> caller.
   - or an event loop (``execute_on_loop``: the engine's loop callers, models that are not
-    decoupled): the loop sends EXECUTE and returns; the data channel is registered with
+    decoupled): the loop sends EXECUTE and returns; the answer socket is registered with
     the loop, whose callback reads the answers as they come, delivers them and calls the
     engine back at DONE, so the loop never waits on the worker. Until then the engine's
     reservation keeps every other thread off the channel; if the loop closes first, the
