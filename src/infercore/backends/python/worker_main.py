@@ -14,8 +14,8 @@ event channel's socket and the input, output and BLS shared memory files
 Workers run under Linux's ``SCHED_BATCH`` policy (same priority, no privilege needed): a
 worker woken by the server's frontend thread, which sent it a payload, no longer preempts
 that thread on its CPU, but runs once the thread waits, or on another CPU. Measured with
-perf_analyzer on 2 cores (docs/process_isolation.md), that is 3-6% more throughput and
-no loss of latency at any concurrency.
+perf_analyzer on 2 cores (docs/process_isolation.md), that is 3-6% more throughput at
+concurrency 1 and 16, and about the same at 4.
 
 Threads: the fork server is single-threaded by design (it forks); its only concurrency is
 SIGCHLD, which wakes its ``select`` through a pipe (``signal.set_wakeup_fd``). A worker's
