@@ -373,11 +373,6 @@ def test_requests_run_in_a_worker_process(crashy: IsolatedInstance):
     assert crashy.statistics().state is InstanceState.READY
 
 
-def test_workers_run_under_the_batch_scheduling_policy(crashy: IsolatedInstance):
-    assert os.sched_getscheduler(assert_serves(crashy)) == os.SCHED_BATCH
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the server's own policy is untouched
-
-
 def test_a_batch_gets_one_response_each_and_compute_marks(crashy: IsolatedInstance):
     pairs = [request("crashy", {"INPUT0": np.full(4, i, np.float32),
                                 "INPUT1": np.ones(4, np.float32)}) for i in range(3)]
@@ -746,7 +741,6 @@ def test_spawn_start_method_starts_a_fresh_interpreter(harness: Harness):
     with open(f"/proc/{pid}/status") as status:  # a child of this process, not forked later
         ppid = next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
     assert ppid == os.getpid()
-    assert os.sched_getscheduler(pid) == os.SCHED_BATCH  # as forked workers are
 
 
 # -- configuration ------------------------------------------------------------------------

@@ -11,12 +11,6 @@ A worker is ``run_worker``: its six descriptors are the data channel's two socke
 event channel's socket and the input, output and BLS shared memory files
 (worker_runtime.py does the rest).
 
-Workers run under Linux's ``SCHED_BATCH`` policy (same priority, no privilege needed): a
-worker woken by the server's frontend thread, which sent it a payload, no longer preempts
-that thread on its CPU, but runs once the thread waits, or on another CPU. Measured with
-perf_analyzer on 2 cores (docs/process_isolation.md), that is 3-6% more throughput at
-concurrency 1 and 16, and about the same at 4.
-
 Threads: the fork server is single-threaded by design (it forks); its only concurrency is
 SIGCHLD, which wakes its ``select`` through a pipe (``signal.set_wakeup_fd``). A worker's
 threads are described in worker_runtime.py.
@@ -48,14 +42,6 @@ def _prctl(option: int, value: int | bytes) -> None:
         pass
 
 
-def _batch_scheduling() -> None:
-    """SCHED_BATCH for this process and the threads it starts (see the module doc)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux, or refused: the default policy serves
-        pass
-
-
 def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
     """Serve one instance over ``fds`` = [payload socket, answer socket, event socket,
     input file, output file, BLS file]."""
@@ -63,7 +49,6 @@ def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
 
     # `ps` and `top` show which instance a worker runs (the kernel keeps 15 bytes).
     _prctl(_PR_SET_NAME, name.encode("utf-8", "replace")[:15])
-    _batch_scheduling()
     if fork_server_pid:
         # Die with the fork server, which dies with the server. (Only safe because the fork
         # server is single-threaded: the signal fires when the forking *thread* exits.)
