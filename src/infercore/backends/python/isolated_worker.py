@@ -515,8 +515,9 @@ class WorkerHandle:
         process's descriptors close one by one, so that end may close a moment after the
         answer socket: wait for it (a crash only; microseconds)."""
         try:
-            closed, _, _ = select.select([self._data], [], [], _EXIT_STATUS_WAIT_S)
-            if closed:
+            poller = select.poll()  # not select(): descriptors may be past 1023
+            poller.register(self._data, select.POLLIN)
+            if poller.poll(_EXIT_STATUS_WAIT_S * 1000):
                 self._data.recv(1, socket.MSG_DONTWAIT)
         except ConnectionResetError:
             return True
