@@ -287,6 +287,18 @@ def test_a_replayed_header_still_checks_the_body_size():
         decode_infer("m", -1, body + b"!", header_length, SystemSharedMemory(), cache)
 
 
+def test_a_header_with_an_empty_id_is_kept_and_replayed_without_one():
+    # perf_analyzer sends "id":"" with every request: the same as no id at all
+    cache = HeaderCache()
+    decode_infer("m", 1, *_binary_body([1, 2], id=""), SystemSharedMemory(), cache)
+    body, header_length = _binary_body([3, 4], id="")
+
+    second = decode_infer("m", 1, body, header_length, SystemSharedMemory(), cache)
+
+    assert len(cache) == 1
+    assert second.request.id == "" and second.request.inputs["X"].to_numpy().tolist() == [3, 4]
+
+
 @pytest.mark.parametrize("extra", [{"id": "r1"}, {"parameters": {"sequence_id": 4}}])
 def test_headers_that_change_per_request_are_not_kept(extra):
     cache = HeaderCache()

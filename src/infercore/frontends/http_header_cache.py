@@ -8,7 +8,8 @@ input, a bounds check and a numpy view over the new body.
 
 Only headers whose decoding depends on nothing but their bytes are kept: every input
 binary, no shared memory (regions come and go), no request ``id`` and no sequence
-parameters (those change with every request, and would only churn the cache).
+parameters (those change with every request, and would only churn the cache). An empty
+``id`` is the same as none: perf_analyzer sends ``"id":""`` with every request.
 
 Threads: used from the frontend's event-loop thread only.
 """
@@ -104,8 +105,8 @@ class HeaderCache:
                  fields: RequestFields, outputs: Mapping[str, OutputPlan],
                  binary_default: bool) -> None:
         """Keep the plan of a header that decoded without error, if it is replayable."""
-        if len(header) > _MAX_HEADER or "id" in document:
-            return
+        if len(header) > _MAX_HEADER or document.get("id"):
+            return  # a non-empty id: the request's own, so its header never comes back
         parameters = document.get("parameters") or {}
         if any(key in parameters for key in _SEQUENCE_KEYS):
             return
