@@ -4,8 +4,8 @@
 frontend's event-loop thread. It awaits the request's ResponseStream, which lets the
 engine execute short models inline on this thread (no thread crossing, and the
 coroutine finishes without ever waiting) and otherwise parks on a future that the
-engine's thread resolves; only then does the connection finish it in a task. Cancelling
-that task (the client went away) cancels the request through the stream.
+engine resolves; only then does the connection step it on (http_eager, no Task).
+Cancelling it there (the client went away) cancels the request through the stream.
 
 A decoupled model is refused before it runs, as Triton refuses it.
 """

@@ -1,8 +1,9 @@
 """One HTTP/1.1 connection: an asyncio Protocol over httptools' parser.
 
 The parser calls back as bytes arrive; a complete message becomes an ``HttpRequest`` that
-the router answers, at once for most endpoints or through one task for inference and
-model control. Requests on a connection are answered in order, one at a time: pipelined
+the router answers, at once for most endpoints, or (inference and model control) by a
+coroutine started at once that, if it must wait, the future it waits on steps on
+(http_eager). Requests on a connection are answered in order, one at a time: pipelined
 requests wait in ``_pending`` (and reading pauses while they wait), so a client cannot
 make the server buffer without bound. Writes respect the transport's flow control: while
 the peer does not read, no further request is started.
@@ -17,7 +18,7 @@ answers the request; while the peer does not read, that task waits for the trans
 drain before it takes the next piece.
 
 Threads: everything here runs on the frontend's event-loop thread. A connection that
-goes away cancels its in-flight task, which cancels the inference request (a streamed
+goes away cancels its request in flight, which cancels the inference request (a streamed
 body's iterator is closed, which ends what produces it).
 
 Connection states: open -> (draining: finish the current request, then close) -> closed.
@@ -28,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httptools
 
+from .http_eager import Suspended, start_eagerly
 from .http_messages import (
     LAST_CHUNK,
     HttpRequest,
@@ -104,7 +106,8 @@ class HttpConnection(asyncio.Protocol):
         self._body_size = 0
         # requests parsed but not answered yet, and the one being answered
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
-        self._task: asyncio.Task[None] | None = None
+        # what answers the current request when it could not be answered at once
+        self._task: asyncio.Task[None] | Suspended[HttpResponse] | None = None
         self._busy = False
         self._read_paused = False
         self._write_paused = False
@@ -218,13 +221,17 @@ class HttpConnection(asyncio.Protocol):
             result = self._router(request)
             if not isinstance(result, HttpResponse):
                 result = start_eagerly(result)
-            if isinstance(result, HttpResponse):
-                if result.stream is None:
-                    self._write(result, keep_alive)
-                    continue
-                self._streamed = result
+            if isinstance(result, Suspended):  # the handler waits: its future calls back
+                self._busy = True
+                self._task = result
+                result.finish(self._answered if keep_alive else self._answered_last)
+                continue
+            if result.stream is None:
+                self._write(result, keep_alive)
+                continue
             self._busy = True
-            self._task = self._loop.create_task(self._answer_later(result, keep_alive))
+            self._streamed = result
+            self._task = self._loop.create_task(self._answer_stream(result, keep_alive))
         if not self._pending and not self._busy and self._transport is not None:
             if self._draining:
                 self._transport.close()
@@ -232,32 +239,44 @@ class HttpConnection(asyncio.Protocol):
                 self._read_paused = False
                 self._transport.resume_reading()
 
-    async def _answer_later(self, rest: Coroutine[Any, Any, HttpResponse] | HttpResponse,
-                            keep_alive: bool) -> None:
-        """Finish a request that had to wait (or stream its body), answer it, and go on
-        with the next ones."""
-        try:
-            response = rest if isinstance(rest, HttpResponse) else await rest
-        except asyncio.CancelledError:
-            return  # the connection was lost, or aborted at shutdown: nobody to answer
-        except Exception as exc:  # noqa: BLE001 - handlers answer their errors: a bug
-            logger.error("failed to answer an HTTP request", exc_info=exc)
+    def _answered(self, response: HttpResponse | None, error: BaseException | None,
+                  keep_alive: bool = True) -> None:
+        """A handler that had to wait finished: answer, and go on with the next requests."""
+        self._task = None
+        if error is not None:
+            if isinstance(error, asyncio.CancelledError):
+                return  # the connection was lost, or aborted at shutdown: nobody to answer
+            # handlers answer their errors: this is a bug
+            logger.error("failed to answer an HTTP request", exc_info=error)
             response = error_response("internal error while answering the request", 500)
+        assert response is not None
         if response.stream is not None:
             self._streamed = response
-            try:
-                if not await self._write_stream(response, response.stream, keep_alive):
-                    self._abandon_stream()
-                    return
-            except asyncio.CancelledError:
+            self._task = self._loop.create_task(self._answer_stream(response, keep_alive))
+            return
+        self._busy = False
+        if not self._closed:
+            self._write(response, keep_alive)
+            self._serve_pending()
+
+    def _answered_last(self, response: HttpResponse | None,
+                       error: BaseException | None) -> None:
+        self._answered(response, error, keep_alive=False)
+
+    async def _answer_stream(self, response: HttpResponse, keep_alive: bool) -> None:
+        """Write a response whose body streams, then go on with the next requests."""
+        assert response.stream is not None
+        try:
+            if not await self._write_stream(response, response.stream, keep_alive):
                 self._abandon_stream()
                 return
-            self._streamed = None
+        except asyncio.CancelledError:
+            self._abandon_stream()
+            return
+        self._streamed = None
         self._task = None
         self._busy = False
         if not self._closed:
-            if response.stream is None:
-                self._write(response, keep_alive)
             self._serve_pending()
 
     async def _write_stream(self, response: HttpResponse, stream: AsyncIterator[bytes],
@@ -390,44 +409,3 @@ async def _close(stream: AsyncIterator[bytes]) -> None:
 
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing a request that was refused."""
-
-
-def start_eagerly(coro: Coroutine[Any, Any, HttpResponse]
-                  ) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
-    """Run ``coro`` on this thread until it first has to wait.
-
-    Returns its response when it finished without waiting, else a coroutine that finishes
-    it (to be awaited, once). Python 3.12's eager tasks do the same. An inference that the
-    engine executes inline on this loop never waits, so it is answered without a Task and
-    the loop iteration a Task's first step costs (about a sixth of the frontend's time per
-    request on add_sub).
-    """
-    try:
-        waiting = coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    return _resume(coro, waiting)
-
-
-async def _resume(coro: Coroutine[Any, Any, HttpResponse], waiting: Any) -> HttpResponse:
-    """Drive a started coroutine to its end, as a Task's steps would."""
-    while True:
-        step: Callable[[Any], Any] = coro.send
-        value: Any = None
-        try:
-            if waiting is None:  # a bare yield (asyncio.sleep(0)): give the loop a turn
-                await asyncio.sleep(0)
-            else:
-                # As a Task does with what a coroutine yields: the future is now ours to
-                # wait on (asyncio refuses a second await of a future still "blocking").
-                waiting._asyncio_future_blocking = False
-                await waiting  # only to wait: the coroutine reads the outcome itself
-        except asyncio.CancelledError as exc:
-            if waiting is None or not waiting.cancelled():  # this task was cancelled
-                step, value = coro.throw, exc
-        except BaseException:  # noqa: BLE001, S110 - the coroutine reads the future's error
-            pass
-        try:
-            waiting = step(value)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
