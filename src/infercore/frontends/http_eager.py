@@ -7,8 +7,9 @@ that must wait (the dynamic batcher, an isolated worker, a long model) is contin
 
 That is what a Task does, minus what a Task costs on top: creating and registering it
 (Python 3.11 adds every Task to a WeakSet), a loop iteration for its first step, and the
-frames of a wrapping coroutine at every step. On add_sub through an isolated worker the
-Task was about 8 µs of the loop's time per request.
+frames of a wrapping coroutine at every step. Alone, a Task that waits on one future
+costs ~8 µs on uvloop against ~1 µs for a done callback; serving add_sub from an
+isolated worker one request at a time, the loop's CPU per request fell 170 -> 164 µs.
 
 Differences from a Task: ``asyncio.current_task()`` is None inside the handler (so no
 ``asyncio.timeout`` there), and ``cancel()`` throws CancelledError into the coroutine at
