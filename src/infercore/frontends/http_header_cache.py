@@ -106,7 +106,7 @@ class HeaderCache:
                  binary_default: bool) -> None:
         """Keep the plan of a header that decoded without error, if it is replayable."""
         if len(header) > _MAX_HEADER or document.get("id"):
-            return  # a non-empty id: the request's own, so its header never comes back
+            return  # a non-empty id is usually new with each request: its header would not recur
         parameters = document.get("parameters") or {}
         if any(key in parameters for key in _SEQUENCE_KEYS):
             return
