@@ -490,23 +490,26 @@ class WorkerHandle:
               unreachable: Callable[[], None]) -> None:
         """The worker died before reading the payload (seen on the loop): a retry if none
         of its requests was answered, else fail the rest."""
-        table = self._table
-        table.close()
-        taken = table.take_back(entries)
-        if len(taken) == len(entries):
+        if self._hand_back(entries):
             unreachable()
-            return
-        fail(taken, self._crash_error_text())
-        done()
+        else:
+            done()
 
     def _undelivered(self, entries: list[Inflight]) -> None:
         """The worker died without reading the payload: hand it back for a retry."""
+        if self._hand_back(entries):
+            raise WorkerUnreachable
+
+    def _hand_back(self, entries: list[Inflight]) -> bool:
+        """After the worker died without reading a payload: True when none of its requests
+        was answered (the payload can be retried as it is); else the rest are failed."""
         table = self._table
         table.close()
         taken = table.take_back(entries)
         if len(taken) == len(entries):
-            raise WorkerUnreachable
-        fail(taken, self._crash_error_text())  # some were answered already: fail the rest
+            return True
+        fail(taken, self._crash_error_text())  # some were answered already
+        return False
 
     def _payload_unread(self) -> bool:
         """After the worker's death (EOF on its answers): whether it left what we sent it
