@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, slow_model
-from serve_process import HttpServeProcess
+from serve_process import HttpServeProcess, wait_for
 
 from infercore.testing import RepositoryBuilder
 
@@ -89,8 +89,8 @@ def test_a_client_gone_while_the_worker_runs_its_request_cancels_it(server):
                      b"Content-Length: %d\r\n\r\n" % len(request) + request)
         time.sleep(0.3)  # the idle worker takes it at once (the test holds either way)
     # The worker's model sees is_cancelled() and stops: counted as a failure, not 20 s
-    _wait(lambda: _stats(server, "slow")["inference_stats"]["fail"]["count"] == 1,
-          "the cancelled request to fail")
+    wait_for(lambda: _stats(server, "slow")["inference_stats"]["fail"]["count"] == 1, 10.0,
+             lambda: f"the cancelled request did not fail: {_stats(server, 'slow')}")
 
     assert time.monotonic() - started < 10.0
     assert _stats(server, "slow")["inference_stats"]["success"]["count"] == 0
@@ -105,11 +105,3 @@ def _stats(server, model: str) -> dict:
         return json.loads(connection.getresponse().read())["model_stats"][0]
     finally:
         connection.close()
-
-
-def _wait(condition, what: str, deadline: float = 10.0) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        if time.monotonic() > end:
-            raise TimeoutError(f"waited {deadline} s for {what}")
-        time.sleep(0.02)  # another process: poll its endpoints
