@@ -75,6 +75,7 @@ def test_flags_have_tritonservers_defaults():
     assert (args.allow_http, args.http_port, args.http_address) == (True, 8000, "0.0.0.0")
     assert args.http_max_input_size == 64 * 1024 * 1024
     assert args.http_thread_count == 8
+    assert args.http_busy_poll_us == 200  # infercore's own
 
 
 def test_allow_http_false_builds_no_frontend(server):
@@ -84,10 +85,45 @@ def test_allow_http_false_builds_no_frontend(server):
 
 
 @pytest.mark.parametrize("argv", [["--http-max-input-size", "0"], ["--http-port", "70000"],
-                                  ["--allow-http", "maybe"], ["--http-thread-count", "-1"]])
+                                  ["--allow-http", "maybe"], ["--http-thread-count", "-1"],
+                                  ["--http-busy-poll-us", "-1"],
+                                  ["--http-busy-poll-us", "1000001"],
+                                  ["--http-busy-poll-us", "0.5"]])
 def test_invalid_flag_values_are_usage_errors(argv):
     with pytest.raises(SystemExit):
         _parse(*argv)
+
+
+class CountingBusyPoll(http_frontend.BusyPoll):
+    made: list[CountingBusyPoll] = []
+
+    def __init__(self, *args) -> None:  # noqa: ANN002
+        super().__init__(*args)
+        self.touches = 0
+        self.made.append(self)
+
+    def touch(self) -> None:
+        self.touches += 1
+        super().touch()
+
+
+@pytest.mark.parametrize("window", [200, 0])
+def test_requests_and_answers_keep_the_loop_polling(server, monkeypatch, window: int):
+    monkeypatch.setattr(CountingBusyPoll, "made", [])
+    monkeypatch.setattr(http_frontend, "BusyPoll", CountingBusyPoll)
+    options = HttpOptions(address="127.0.0.1", port=0, busy_poll_us=window)
+    with HttpFrontend(server, options) as frontend:
+        conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=5)
+        for _ in range(3):
+            conn.request("GET", "/v2/health/live")
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+    if not window:  # 0: no busy polling at all
+        assert CountingBusyPoll.made == []
+        return
+    [busy] = CountingBusyPoll.made
+    assert busy.touches >= 6  # each request read, each answer written
 
 
 def test_port_zero_listens_on_a_free_port(server):

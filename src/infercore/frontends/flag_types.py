@@ -21,7 +21,7 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value '{text}'")
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
+def int_at_least(minimum: int, at_most: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -29,6 +29,8 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"invalid integer '{text}'") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if at_most is not None and value > at_most:
+            raise argparse.ArgumentTypeError(f"must be <= {at_most}, got {value}")
         return value
     return parse
 

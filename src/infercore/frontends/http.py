@@ -23,6 +23,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ..server import Server
+from .busy_poll import BusyPoll
 from .flag_types import boolean, int_at_least, port
 from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
@@ -35,6 +36,8 @@ __all__ = ["HttpFrontend", "HttpOptions", "add_arguments", "from_args"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024  # Triton's --http-max-input-size default
+DEFAULT_BUSY_POLL_US = 200
+MAX_BUSY_POLL_US = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,8 @@ class HttpOptions:
     reuse_port: bool = False
     # --http-restricted-api: categories that answer only requests carrying a header
     restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
+    # µs the loop keeps polling after a request or an answer, 0: never (busy_poll.py)
+    busy_poll_us: int = DEFAULT_BUSY_POLL_US
 
 
 
@@ -76,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES", help="largest accepted request body, after decompression "
                               "(default 64 MiB)")
     group.add_argument(
+        "--http-busy-poll-us", type=int_at_least(0, at_most=MAX_BUSY_POLL_US),
+        default=DEFAULT_BUSY_POLL_US, metavar="MICROSECONDS",
+        help="after reading a request or writing a response, the event loop polls for "
+             "this long instead of sleeping, to answer quick events without a wake-up; "
+             f"0 turns it off (default {DEFAULT_BUSY_POLL_US}; infercore's own flag)")
+    group.add_argument(
         "--http-header-forward-pattern", default="", metavar="REGEX",
         help="forward request headers whose name matches as inference request parameters")
     group.add_argument(
@@ -94,7 +105,8 @@ def from_args(server: Server, args: argparse.Namespace) -> HttpFrontend | None:
         address=args.http_address, port=args.http_port, thread_count=args.http_thread_count,
         max_input_size=args.http_max_input_size,
         header_forward_pattern=args.http_header_forward_pattern,
-        reuse_port=args.reuse_http_port, restricted=args.http_restricted_api))
+        reuse_port=args.reuse_http_port, restricted=args.http_restricted_api,
+        busy_poll_us=args.http_busy_poll_us))
 
 
 class HttpFrontend(LoopThreadFrontend):
@@ -128,11 +140,16 @@ class HttpFrontend(LoopThreadFrontend):
         # The restricted header is not among those the connection reads by default.
         keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
         handle = guard_http(router.handle, options.restricted)
+        window = options.busy_poll_us
+        if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+            raise ValueError(f"busy_poll_us must be a whole number of microseconds, 0 (off) "
+                             f"or more, not {window!r}")
+        busy_poll = BusyPoll(asyncio.get_running_loop(), window) if window else None
 
         def connection() -> HttpConnection:
             return HttpConnection(handle, connections,
                                   max_input_size=options.max_input_size,
-                                  keep_raw_headers=keep_raw)
+                                  keep_raw_headers=keep_raw, busy_poll=busy_poll)
 
         listener = await asyncio.get_running_loop().create_server(
             connection, options.address or None, options.port, reuse_address=True,

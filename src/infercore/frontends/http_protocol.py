@@ -17,6 +17,9 @@ chunked transfer encoding (raw, then closing, for an HTTP/1.0 client), by the ta
 answers the request; while the peer does not read, that task waits for the transport to
 drain before it takes the next piece.
 
+With a ``BusyPoll`` (busy_poll.py), each chunk of request read and each response written
+keeps the loop awake for its window, so a quick next event is handled without a wake-up.
+
 Threads: everything here runs on the frontend's event-loop thread. A connection that
 goes away cancels its request in flight, which cancels the inference request (a streamed
 body's iterator is closed, which ends what produces it).
@@ -34,6 +37,7 @@ from typing import Any
 
 import httptools
 
+from .busy_poll import BusyPoll
 from .http_eager import Suspended, start_eagerly
 from .http_messages import (
     LAST_CHUNK,
@@ -89,9 +93,10 @@ class HttpConnection(asyncio.Protocol):
     """Parses requests from one client and writes their responses in order."""
 
     def __init__(self, router: Router, connections: ConnectionSet, *, max_input_size: int,
-                 keep_raw_headers: bool = False) -> None:
+                 keep_raw_headers: bool = False, busy_poll: BusyPoll | None = None) -> None:
         self._router = router
         self._connections = connections
+        self._busy_poll = busy_poll
         self._max_input_size = max_input_size
         self._keep_raw_headers = keep_raw_headers
         self._loop = asyncio.get_running_loop()
@@ -136,6 +141,8 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
+        if self._busy_poll is not None:  # its answer, or the engine's, may come soon
+            self._busy_poll.touch()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -344,6 +351,8 @@ class HttpConnection(asyncio.Protocol):
             transport.writelines([head, *response.parts])
         else:
             transport.write(head)
+        if self._busy_poll is not None:  # the client's next request may come soon
+            self._busy_poll.touch()
         if not keep_alive:
             self._pending.clear()
             transport.close()
