@@ -129,7 +129,9 @@ def test_a_busy_port_is_a_clear_error_and_the_server_keeps_serving(server):
      "invalid gRPC response compression level 'extreme'"),
     (lambda s: s.serve_http(port=0, thread_count=0), "invalid HTTP frontend settings"),
     (lambda s: s.serve_http(port=0, busy_poll_us=-1),
-     "invalid HTTP frontend settings: busy_poll_us must be a whole number of microseconds"),
+     "invalid HTTP frontend settings: busy_poll_us must be a whole number of microseconds "
+     "from 0 .off. to 1000000, not -1"),
+    (lambda s: s.serve_http(port=0, busy_poll_us=10**7), "to 1000000, not 10000000"),
     (lambda s: s.serve_http(port=0, busy_poll_us="200"), "not '200'"),
 ])
 def test_bad_frontend_settings_are_refused(server, start, message):

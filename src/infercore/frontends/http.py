@@ -141,9 +141,10 @@ class HttpFrontend(LoopThreadFrontend):
         keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
         handle = guard_http(router.handle, options.restricted)
         window = options.busy_poll_us
-        if not isinstance(window, int) or isinstance(window, bool) or window < 0:
-            raise ValueError(f"busy_poll_us must be a whole number of microseconds, 0 (off) "
-                             f"or more, not {window!r}")
+        if (not isinstance(window, int) or isinstance(window, bool)
+                or not 0 <= window <= MAX_BUSY_POLL_US):
+            raise ValueError(f"busy_poll_us must be a whole number of microseconds from 0 "
+                             f"(off) to {MAX_BUSY_POLL_US}, not {window!r}")
         busy_poll = BusyPoll(asyncio.get_running_loop(), window) if window else None
 
         def connection() -> HttpConnection:
