@@ -53,6 +53,7 @@ class InferRequest:
         "cancelled",
         "_cancel_hooks",
         "batch_key",
+        "runs_on_loop",
         "trace",
         # timestamps in monotonic ns, at Triton's statistics points
         "request_start_ns",
@@ -97,6 +98,10 @@ class InferRequest:
         self._cancel_hooks: list[Callable[[], Any]] | None = None
         # Set by the dynamic batcher at enqueue: which requests may share a batch.
         self.batch_key: Any = None
+        # Set by a scheduler that runs the request from the calling event loop (a
+        # process-isolated instance driven from there): no other thread of this process
+        # works on it (the HTTP frontend's busy polling relies on this).
+        self.runs_on_loop = False
         self.trace: TraceHandle | None = None
         self.request_start_ns = 0
         self.queue_start_ns = 0

@@ -81,3 +81,30 @@ def test_touching_a_polling_loop_schedules_nothing_more(loop):
 def test_a_window_must_be_positive(loop, window: int):
     with pytest.raises(ValueError, match="must be positive"):
         BusyPoll(loop, window)
+
+
+def test_while_held_the_loop_sleeps_and_stays_quiet_a_while_after(loop):
+    busy = BusyPoll(loop, 50_000)
+    busy.touch()
+    busy.hold()  # a thread of this process answers: it needs the GIL
+    assert _slept(_waits_during(loop, 0.02))
+    assert not busy.polling
+    busy.touch()  # a request or an answer meanwhile: still no polling
+    assert not busy.polling
+    busy.release()
+    busy.touch()  # just after the hold: still quiet
+    assert not busy.polling
+    loop.run_until_complete(asyncio.sleep(0.015))  # the quiet time after a hold is over
+    busy.touch()
+    assert busy.polling
+    assert set(_waits_during(loop, 0.01)) == {0}
+
+
+def test_a_hold_stops_a_loop_that_polls(loop):
+    busy = BusyPoll(loop, 50_000)
+    busy.touch()
+    assert busy.polling
+    busy.hold()
+    loop.run_until_complete(asyncio.sleep(0))  # the next poll sees the hold
+    assert not busy.polling
+    busy.release()

@@ -100,11 +100,16 @@ class CountingBusyPoll(http_frontend.BusyPoll):
     def __init__(self, *args) -> None:  # noqa: ANN002
         super().__init__(*args)
         self.touches = 0
+        self.holds = 0
         self.made.append(self)
 
     def touch(self) -> None:
         self.touches += 1
         super().touch()
+
+    def hold(self) -> None:
+        self.holds += 1
+        super().hold()
 
 
 @pytest.mark.parametrize("window", [200, 0])
@@ -124,6 +129,36 @@ def test_requests_and_answers_keep_the_loop_polling(server, monkeypatch, window:
         return
     [busy] = CountingBusyPoll.made
     assert busy.touches >= 6  # each request read, each answer written
+    assert busy.holds == 0  # answered by the loop itself
+
+
+@pytest.mark.parametrize("endpoint, body", [("infer", REQUEST),
+                                            ("generate", json.dumps({"X": [7]}).encode())])
+def test_a_request_answered_by_an_instance_thread_holds_the_polling(server, gate,
+                                                                    monkeypatch,
+                                                                    endpoint: str,
+                                                                    body: bytes):
+    monkeypatch.setattr(CountingBusyPoll, "made", [])
+    monkeypatch.setattr(http_frontend, "BusyPoll", CountingBusyPoll)
+    with HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0)) as frontend:
+        [busy] = CountingBusyPoll.made
+        answer: dict[str, int] = {}
+
+        def call() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=30)
+            conn.request("POST", f"/v2/models/gate/{endpoint}", body)
+            answer["status"] = conn.getresponse().status
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        assert gate.entered.wait(10)  # the model runs on its instance thread
+        deadline = time.monotonic() + 5
+        while (busy.holds != 1 or busy.polling) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert busy.holds == 1 and not busy.polling  # the loop sleeps meanwhile
+        gate.release.set()
+        thread.join(10)
+        assert answer["status"] == 200
 
 
 def test_port_zero_listens_on_a_free_port(server):

@@ -14,12 +14,26 @@ the loop sleeps as before. This is busy polling (as in Linux's ``busy_poll``, or
 scheduler's spinning threads), bounded by the window: the loop's CPU goes up by at most a
 window per request, and under load, when the loop is never idle, the polling costs one
 cheap callback per loop iteration.
+
+Polling is for requests the loop answers itself: a model run inline on it, or a
+process-isolated worker driven from it. When a request is answered by a thread of this
+process instead (an instance thread running a longer model), the handler awaiting it
+holds the poller (``hold``/``release``), and the loop does not poll at all for a while:
+a polling loop takes the GIL back after every poll, and a thread waiting for the GIL
+meanwhile hardly ever gets it (Python hands the GIL over only when the holder lets go for
+a while), and it takes a CPU that such threads could use. Measured with a 400 µs
+pure-Python model on 2 instances, polling cost 13% of its throughput at concurrency 1;
+with the hold, none. So while threads answered requests within the last
+``_QUIET_AFTER_HOLD_NS``, a touch does not start polling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+
+# After a request was answered by a thread of this process, no polling for this long.
+_QUIET_AFTER_HOLD_NS = 10_000_000
 
 
 class BusyPoll:
@@ -28,7 +42,7 @@ class BusyPoll:
     Used on the loop's thread only.
     """
 
-    __slots__ = ("_loop", "_window_ns", "_deadline_ns", "_polling")
+    __slots__ = ("_loop", "_window_ns", "_deadline_ns", "_polling", "_holds", "_held_ns")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, window_us: int) -> None:
         if window_us <= 0:
@@ -37,6 +51,8 @@ class BusyPoll:
         self._window_ns = window_us * 1000
         self._deadline_ns = 0
         self._polling = False
+        self._holds = 0  # answers awaited from other threads of this process
+        self._held_ns = -_QUIET_AFTER_HOLD_NS  # when a hold last began or ended
 
     @property
     def polling(self) -> bool:
@@ -44,14 +60,28 @@ class BusyPoll:
         return self._polling
 
     def touch(self) -> None:
-        """Something happened: keep the loop awake for another window from now."""
-        self._deadline_ns = time.monotonic_ns() + self._window_ns
-        if not self._polling:
+        """Something happened: keep the loop awake for another window from now (unless
+        held)."""
+        now = time.monotonic_ns()
+        self._deadline_ns = now + self._window_ns
+        if (not self._polling and not self._holds
+                and now - self._held_ns > _QUIET_AFTER_HOLD_NS):
             self._polling = True
             self._loop.call_soon(self._poll)
 
+    def hold(self) -> None:
+        """A thread of this process is answering for the loop: no polling until the
+        matching ``release``, nor for a while after (the polling would keep the GIL from
+        such threads)."""
+        self._holds += 1
+        self._held_ns = time.monotonic_ns()
+
+    def release(self) -> None:
+        self._holds -= 1
+        self._held_ns = time.monotonic_ns()
+
     def _poll(self) -> None:
-        if time.monotonic_ns() < self._deadline_ns:
+        if not self._holds and time.monotonic_ns() < self._deadline_ns:
             self._loop.call_soon(self._poll)  # still ready: the loop polls, then comes back
         else:
             self._polling = False

@@ -134,18 +134,19 @@ class HttpFrontend(LoopThreadFrontend):
         self._stop_requested = asyncio.Event()
         connections = ConnectionSet()
         assert self._executor is not None
-        router = HttpRouter(self._server, self._shm, self._executor,
-                            max_input_size=options.max_input_size,
-                            header_forward_pattern=options.header_forward_pattern)
-        # The restricted header is not among those the connection reads by default.
-        keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
-        handle = guard_http(router.handle, options.restricted)
         window = options.busy_poll_us
         if (not isinstance(window, int) or isinstance(window, bool)
                 or not 0 <= window <= MAX_BUSY_POLL_US):
             raise ValueError(f"busy_poll_us must be a whole number of microseconds from 0 "
                              f"(off) to {MAX_BUSY_POLL_US}, not {window!r}")
         busy_poll = BusyPoll(asyncio.get_running_loop(), window) if window else None
+        router = HttpRouter(self._server, self._shm, self._executor,
+                            max_input_size=options.max_input_size,
+                            header_forward_pattern=options.header_forward_pattern,
+                            busy_poll=busy_poll)
+        # The restricted header is not among those the connection reads by default.
+        keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
+        handle = guard_http(router.handle, options.restricted)
 
         def connection() -> HttpConnection:
             return HttpConnection(handle, connections,

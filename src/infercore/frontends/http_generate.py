@@ -35,6 +35,7 @@ from ..request import InferRequest, ParameterValue
 from ..response import InferResponse, ResponseStream
 from ..server import Server
 from ..tensor import DataType, Tensor
+from .busy_poll import BusyPoll
 from .http_decode import _from_json
 from .http_encode import _json_data
 from .http_messages import HttpRequest, HttpResponse, decompress, error_response
@@ -52,9 +53,11 @@ _TYPES: dict[str, DataType] = {dt.value: dt for dt in DataType}
 class GenerateHandler:
     """Serves ``generate`` and ``generate_stream`` for one server."""
 
-    def __init__(self, server: Server, *, max_input_size: int) -> None:
+    def __init__(self, server: Server, *, max_input_size: int,
+                 busy_poll: BusyPoll | None = None) -> None:
         self._server = server
         self._max_input_size = max_input_size
+        self._busy_poll = busy_poll
 
     async def generate(self, request: HttpRequest, model: str, version: int, *,
                        stream: bool) -> HttpResponse:
@@ -67,9 +70,18 @@ class GenerateHandler:
             return error_response(exc)
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
             return error_response(as_triton_error(exc))
-        if stream:
-            return await _stream(responses)
-        return await _single(responses)
+        busy_poll = self._busy_poll
+        held = (busy_poll is not None and not responses.done
+                and not infer_request.runs_on_loop)
+        if held:  # a thread of ours answers: the loop must leave it the GIL
+            busy_poll.hold()  # type: ignore[union-attr]
+        try:
+            if stream:
+                return await _stream(responses)
+            return await _single(responses)
+        finally:
+            if held:
+                busy_poll.release()  # type: ignore[union-attr]
 
     def _decode(self, request: HttpRequest, model: str, version: int) -> InferRequest:
         # Triton reads the model's metadata before the body: an unknown model is a 404

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import InternalError, NotFoundError, TritonError, UnsupportedError
 from ..response import InferResponse
 from ..server import Server
+from .busy_poll import BusyPoll
 from .http_decode import DecodedInfer, decode_infer, decode_raw_infer, parse_header_length
 from .http_encode import encode_infer
 from .http_header_cache import HeaderCache
@@ -47,8 +48,9 @@ class InferHandler:
     """Serves ``POST /v2/models/{model}[/versions/{version}]/infer``."""
 
     def __init__(self, server: Server, shm: SystemSharedMemory, *, max_input_size: int,
-                 header_forward_pattern: str = "") -> None:
+                 header_forward_pattern: str = "", busy_poll: BusyPoll | None = None) -> None:
         self._server = server
+        self._busy_poll = busy_poll
         self._shm = shm
         self._max_input_size = max_input_size
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
@@ -68,7 +70,15 @@ class InferHandler:
             # consume_now: awaited right below, so no instance thread is woken in vain
             stream = self._server.infer(decoded.request, raise_on_error=False,
                                         consume_now=True)
-            response = await stream.__anext__()
+            busy_poll = self._busy_poll
+            if busy_poll is not None and not stream.done and not decoded.request.runs_on_loop:
+                busy_poll.hold()  # a thread of ours answers: the loop must leave it the GIL
+                try:
+                    response = await stream.__anext__()
+                finally:
+                    busy_poll.release()
+            else:
+                response = await stream.__anext__()
             if not response.final:  # a decoupled model: more responses would follow
                 stream.cancel()
                 raise UnsupportedError(_DECOUPLED)

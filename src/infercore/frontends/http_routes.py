@@ -26,6 +26,7 @@ import orjson
 
 from ..errors import InvalidArgumentError, NotFoundError, TritonError, UnsupportedError
 from ..server import Server
+from .busy_poll import BusyPoll
 from .http_generate import GenerateHandler
 from .http_infer import InferHandler
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
@@ -64,13 +65,16 @@ class HttpRouter:
     """Maps each request to its endpoint and answers it."""
 
     def __init__(self, server: Server, shm: SystemSharedMemory, executor: Executor, *,
-                 max_input_size: int, header_forward_pattern: str = "") -> None:
+                 max_input_size: int, header_forward_pattern: str = "",
+                 busy_poll: BusyPoll | None = None) -> None:
         self._server = server
         self._shm = shm
         self._executor = executor
-        self._generate = GenerateHandler(server, max_input_size=max_input_size)
+        self._generate = GenerateHandler(server, max_input_size=max_input_size,
+                                         busy_poll=busy_poll)
         self._infer = InferHandler(server, shm, max_input_size=max_input_size,
-                                   header_forward_pattern=header_forward_pattern)
+                                   header_forward_pattern=header_forward_pattern,
+                                   busy_poll=busy_poll)
 
     def handle(self, request: HttpRequest) -> Result:
         try:

@@ -84,6 +84,7 @@ class DefaultScheduler:
             reserved = reserve_for_loop(self._inline_instances)
             if reserved is not None:  # sent from the loop, finished there (base.py)
                 self._ran_inline += 1
+                request.runs_on_loop = True
                 reserved[0].execute_on_loop(Payload([request], self._clock), reserved[1],
                                             reserved[0].unreserve)
                 return

@@ -199,6 +199,7 @@ class DynamicBatcher:
                 self._loop_chain = True
                 self._loop_chain_loop = caller
                 self._ran_inline += 1
+        request.runs_on_loop = True
         if loop is None:
             request.on_cancel(partial(self._cancel, request))
             return True

@@ -108,6 +108,7 @@ async def test_concurrent_loop_callers_are_batched_by_the_chain(server: Server):
     streams = [server.infer(_request(value=float(i)), consume_now=True) for i in range(24)]
     responses = await asyncio.gather(*streams)
     assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(24)]
+    assert all(stream.request.runs_on_loop for stream in streams)  # no thread of ours
     after = loaded._scheduler.statistics()
     assert after.wakeups == before.wakeups  # only the loop ran them
     assert after.queued == 0
@@ -193,6 +194,7 @@ async def test_without_dynamic_batching_a_loop_caller_runs_an_idle_instance(serv
                for i in range(6)]
     responses = await asyncio.gather(*streams)
     assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(6)]
+    assert [stream.request.runs_on_loop for stream in streams] == [True] + [False] * 5
     after = loaded._scheduler.statistics()
     # The first ran from the loop; the others found the instance busy and were queued
     # for its thread (no chaining without a batcher).
