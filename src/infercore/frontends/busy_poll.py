@@ -60,8 +60,8 @@ class BusyPoll:
         return self._polling
 
     def touch(self) -> None:
-        """Something happened: keep the loop awake for another window from now (unless
-        held)."""
+        """Something happened: keep the loop awake for another window from now, unless a
+        thread of this process answers for the loop now or did so lately."""
         now = time.monotonic_ns()
         self._deadline_ns = now + self._window_ns
         if (not self._polling and not self._holds

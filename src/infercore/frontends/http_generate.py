@@ -71,17 +71,17 @@ class GenerateHandler:
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
             return error_response(as_triton_error(exc))
         busy_poll = self._busy_poll
-        held = (busy_poll is not None and not responses.done
-                and not infer_request.runs_on_loop)
-        if held:  # a thread of ours answers: the loop must leave it the GIL
-            busy_poll.hold()  # type: ignore[union-attr]
+        if responses.done or infer_request.runs_on_loop:
+            busy_poll = None  # answered by the loop itself: polling helps
+        if busy_poll is not None:  # a thread of ours answers: the loop must leave it the GIL
+            busy_poll.hold()
         try:
             if stream:
                 return await _stream(responses)
             return await _single(responses)
         finally:
-            if held:
-                busy_poll.release()  # type: ignore[union-attr]
+            if busy_poll is not None:
+                busy_poll.release()
 
     def _decode(self, request: HttpRequest, model: str, version: int) -> InferRequest:
         # Triton reads the model's metadata before the body: an unknown model is a 404
