@@ -42,8 +42,9 @@ answered the chain forms the next batch from the queue on the loop (``_loop_next
 ends, releasing the instance and waking an instance thread for what is queued, when the
 queue is empty, when an instance thread waits to reserve the instance (a caller that is
 not on the loop queued work), when the instance cannot run on the loop any more (its
-worker is restarting), or when the batcher stops. ``_loop_chain`` is read and written
-under ``_cond``, so every request queued without a signal is seen by the chain.
+worker is restarting), or when the batcher stops. ``_chain_loop`` (the loop running the
+chain, None when there is none) is read and written under ``_cond``, so every request
+queued without a signal is seen by the chain.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ class DynamicBatcher:
         self._ran_inline = 0
         self._wakeups = 0
         self._loop_instance: ModelInstance | None = None
-        self._loop_chain = False  # an event loop runs this model's payloads (see above)
-        self._loop_chain_loop: asyncio.AbstractEventLoop | None = None  # ... that loop
+        # The event loop that runs this model's payloads, if one does (see above)
+        self._chain_loop: asyncio.AbstractEventLoop | None = None
         # (batch size, shape key, wake-up ns) of a thread waiting for a batch's deadline
         self._armed: tuple[int, Any, int] | None = None
         self._pending: tuple[int, Any] = (0, None)  # set by _form with a deadline
@@ -182,8 +183,8 @@ class DynamicBatcher:
             if self._stopped:
                 raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
             now = self._clock.now_ns()
-            if self._loop_chain:
-                if self._loop_chain_loop is not caller:
+            if self._chain_loop is not None:
+                if self._chain_loop is not caller:
                     return False  # another loop's chain: queued with a wake-up instead
                 # The running chain forms its next batch from the queue when the current
                 # payload is answered: no thread to wake.
@@ -196,8 +197,7 @@ class DynamicBatcher:
                 loop = caller
                 request.queue_start_ns = now
                 self._number(request)
-                self._loop_chain = True
-                self._loop_chain_loop = caller
+                self._chain_loop = caller
                 self._ran_inline += 1
         request.runs_on_loop = True
         if loop is None:
@@ -221,8 +221,7 @@ class DynamicBatcher:
                     payload = self._payload(batch)
                     self._ran_inline += 1
             if payload is None:
-                self._loop_chain = False
-                self._loop_chain_loop = None
+                self._chain_loop = None
                 if len(self._queue):
                     self._wakeups += 1
                     self._cond.notify()
