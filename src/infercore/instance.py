@@ -100,8 +100,8 @@ class ModelInstance:
         starts it there and finishes it when its answer is readable (process-isolated
         instances: ``execute_on_loop``), and no thread waits to reserve the instance."""
         ready = self._loop_ready
-        return (ready is not None and self.inline_allowed and not self._decoupled
-                and not self.waiting and ready())
+        return (self.loop_capable and self.inline_allowed and not self.waiting
+                and ready is not None and ready())
 
     def runs_short(self) -> bool:
         """Known to execute quickly enough to run on an event loop's thread."""

@@ -98,7 +98,7 @@ def reserve_for_loop(instances: Sequence[ModelInstance]
     instances) and is idle: ``(instance, loop)``; else None. Only a loop marked long-lived
     (a frontend's, ``response.mark_long_lived_loop``) qualifies: the payload's answer is
     read there later. The payload's ``then`` must ``unreserve()`` it."""
-    if len(instances) != 1 or not instances[0].loop_capable or not instances[0].runs_on_loop():
+    if len(instances) != 1 or not instances[0].runs_on_loop():
         return None
     loop = running_long_lived_loop()
     if loop is None or not instances[0].try_reserve():
