@@ -237,8 +237,7 @@ class HttpConnection(asyncio.Protocol):
                 self._write(result, keep_alive)
                 continue
             self._busy = True
-            self._streamed = result
-            self._task = self._loop.create_task(self._answer_stream(result, keep_alive))
+            self._start_stream(result, keep_alive)
         if not self._pending and not self._busy and self._transport is not None:
             if self._draining:
                 self._transport.close()
@@ -258,8 +257,7 @@ class HttpConnection(asyncio.Protocol):
             response = error_response("internal error while answering the request", 500)
         assert response is not None
         if response.stream is not None:
-            self._streamed = response
-            self._task = self._loop.create_task(self._answer_stream(response, keep_alive))
+            self._start_stream(response, keep_alive)
             return
         self._busy = False
         if not self._closed:
@@ -269,6 +267,11 @@ class HttpConnection(asyncio.Protocol):
     def _answered_last(self, response: HttpResponse | None,
                        error: BaseException | None) -> None:
         self._answered(response, error, keep_alive=False)
+
+    def _start_stream(self, response: HttpResponse, keep_alive: bool) -> None:
+        """Write ``response``, whose body streams, from a task of its own."""
+        self._streamed = response
+        self._task = self._loop.create_task(self._answer_stream(response, keep_alive))
 
     async def _answer_stream(self, response: HttpResponse, keep_alive: bool) -> None:
         """Write a response whose body streams, then go on with the next requests."""
