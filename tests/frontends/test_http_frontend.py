@@ -6,12 +6,11 @@ import argparse
 import http.client
 import json
 import socket
-import sys
 import threading
 import time
-import types
 
 import pytest
+from sample_models import install_gate
 
 from infercore import Server
 from infercore.frontends import http as http_frontend
@@ -50,9 +49,8 @@ REQUEST = json.dumps({"inputs": [{"name": "X", "shape": [1], "datatype": "INT32"
 
 @pytest.fixture
 def gate(monkeypatch):
-    module = types.SimpleNamespace(entered=threading.Event(), release=threading.Event(),
-                                   cancelled=threading.Event())
-    monkeypatch.setitem(sys.modules, "infercore_test_gate", module)
+    module = install_gate(monkeypatch, "infercore_test_gate")
+    module.cancelled = threading.Event()  # type: ignore[attr-defined]
     yield module
     module.release.set()
 
