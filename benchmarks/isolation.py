@@ -222,36 +222,54 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     return {"startup": startup, "rounds": rounds, "latency": latency}
 
 
-def run_perf_analyzer(args: argparse.Namespace) -> list[dict[str, object]]:
-    """(c): the bench harness on add_sub over HTTP; its summary rows."""
-    bench = Path(args.bench).resolve()
+def serve_command(repo: str, *flags: str) -> str:
+    """The harness ``--server`` command line for ``infercore serve`` on ``repo`` (``{repo}``:
+    the harness's own repository), on the harness's ports."""
+    return shlex.join([sys.executable, "-m", "infercore", "serve", "--http-address",
+                       "{host}", "--http-port", "{http_port}", "--grpc-port", "{grpc_port}",
+                       "--metrics-port", "{metrics_port}", "--log-info", "false", *flags,
+                       "--model-repository", repo])
+
+
+def isolated_add_sub(bench: Path, root: Path) -> Path:
+    """A repository at ``root`` with the harness's add_sub made process-isolated."""
+    shutil.copytree(bench / "models" / "triton" / "add_sub", root / "add_sub")
+    config = root / "add_sub" / "config.pbtxt"
+    config.chmod(0o644)
+    config.write_text(config.read_text() + "\n" + PROCESS + "\n")
+    return root
+
+
+def harness_summary(bench: Path, servers: list[tuple[str, str]], concurrency: str,
+                    rounds: int, scratch: Path, *, triton: bool = True
+                    ) -> list[dict[str, object]]:
+    """perf_analyzer over HTTP on the harness's add_sub against each ``(name, command)``
+    server (and real Triton), servers alternating per round: the harness's summary rows."""
     python = bench / ".venv" / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"{bench} is not set up: run its setup.sh first (see its README)")
-    serve = [sys.executable, "-m", "infercore", "serve", "--http-address", "{host}",
-             "--http-port", "{http_port}", "--grpc-port", "{grpc_port}", "--metrics-port",
-             "{metrics_port}", "--log-info", "false", "--model-repository"]
-    with tempfile.TemporaryDirectory(prefix="isolation-pa-") as scratch:
-        isolated_repo = Path(scratch) / "models"
-        shutil.copytree(bench / "models" / "triton" / "add_sub", isolated_repo / "add_sub")
-        config = isolated_repo / "add_sub" / "config.pbtxt"
-        config.chmod(0o644)
-        config.write_text(config.read_text() + "\n" + PROCESS + "\n")
-        out = Path(scratch) / "results.json"
-        command = [
-            str(python), str(bench / "bench.py"), "--servers", "triton",
-            "--server", "infercore-isolated[http]="
-            + shlex.join([*serve, str(isolated_repo)]),
-            "--server", "infercore-thread[http]=" + shlex.join([*serve, "{repo}"]),
-            "--models", "add_sub", "--protocols", "http", "--concurrency",
-            args.concurrency, "--rounds", str(args.pa_rounds), "--out", str(out),
-            "--workdir", str(Path(scratch) / "work"),
-            # other people's benchmarks share this machine: wait for them before each cell
-            "--quiet-wait", "120",
-        ]
-        subprocess.run(command, check=True)
-        summary: list[dict[str, object]] = json.loads(out.read_text())["summary"]
+    out = scratch / "results.json"
+    command = [str(python), str(bench / "bench.py"), "--servers", "triton" if triton else ""]
+    for name, serve in servers:
+        command += ["--server", f"{name}[http]={serve}"]
+    command += ["--models", "add_sub", "--protocols", "http", "--concurrency", concurrency,
+                "--rounds", str(rounds), "--out", str(out), "--workdir", str(scratch / "work"),
+                # other people's benchmarks share this machine: wait for them before each cell
+                "--quiet-wait", "120"]
+    subprocess.run(command, check=True)
+    summary: list[dict[str, object]] = json.loads(out.read_text())["summary"]
     return summary
+
+
+def run_perf_analyzer(args: argparse.Namespace) -> list[dict[str, object]]:
+    """(c): the bench harness on add_sub over HTTP; its summary rows."""
+    bench = Path(args.bench).resolve()
+    with tempfile.TemporaryDirectory(prefix="isolation-pa-") as scratch:
+        isolated_repo = isolated_add_sub(bench, Path(scratch) / "models")
+        servers = [("infercore-isolated", serve_command(str(isolated_repo))),
+                   ("infercore-thread", serve_command("{repo}"))]
+        return harness_summary(bench, servers, args.concurrency, args.pa_rounds,
+                               Path(scratch))
 
 
 def render_perf_analyzer(summary: list[dict[str, object]], args: argparse.Namespace) -> list[str]:
