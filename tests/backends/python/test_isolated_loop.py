@@ -318,3 +318,26 @@ def test_a_loop_not_marked_long_lived_leaves_the_payload_to_the_instance_thread(
         after = scheduler.statistics()
         assert after.wakeups == before.wakeups + 1
         assert after.ran_inline == before.ran_inline
+
+
+def test_an_instance_thread_reads_answers_after_uvloop_watched_them(repo: RepositoryBuilder):
+    # The frontends run uvloop, whose libuv leaves a watched descriptor non-blocking; the
+    # instance thread's blocking read of the next answer must still wait for it, not take
+    # EAGAIN for a dead worker (a request over HTTP, then one from a thread or gRPC).
+    uvloop = pytest.importorskip("uvloop")
+    with Server(model_repository=repo.path, model_control_mode="explicit",
+                startup_models=("loop",)) as server:
+        loop = uvloop.new_event_loop()
+        mark_long_lived_loop(loop)
+
+        async def on_the_loop() -> list[float]:
+            return _sum(await server.infer(_request(), consume_now=True))
+
+        try:
+            assert loop.run_until_complete(on_the_loop()) == [3.0] * 4
+        finally:
+            loop.close()
+        handle = server.model("loop")
+        ones = np.ones((1, 4), np.float32)
+        for _ in range(3):  # from this thread: run by the instance, blocking on its answer
+            assert _sum(handle.infer({"INPUT0": ones * 2, "INPUT1": ones}).result()) == [3.0] * 4

@@ -164,6 +164,14 @@ class FrameReader:
                 return frames
             try:
                 count = self._socket.recv_into(self._scratch)
+            except BlockingIOError:
+                # An event loop that watched this socket (uvloop's libuv) left its
+                # descriptor non-blocking: give it back the mode its timeout stands for.
+                timeout = self._socket.gettimeout()
+                if timeout == 0:
+                    return []  # non-blocking on purpose: nothing to wait for
+                self._socket.settimeout(timeout)
+                continue
             except OSError:  # reset, a timeout, or closed under us
                 return []
             if not count:
