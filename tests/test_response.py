@@ -13,6 +13,7 @@ from infercore.errors import CancelledError, InternalError, InvalidArgumentError
 from infercore.request import InferRequest
 from infercore.response import InferResponse, ResponseSender, ResponseStream
 from infercore.tensor import Tensor
+from infercore.trace_record import TracingSender
 
 WAIT_S = 5.0  # upper bound for a wait that should end at once; never reached when passing
 
@@ -354,6 +355,21 @@ def test_sending_after_final_raises_internal_error():
         sender.close()
 
 
+def test_a_tracing_sender_refuses_a_send_after_final_as_any_sender_does():
+    request = InferRequest("m", {}, id="req-1")
+    captured: list[list[str]] = []
+
+    class Capture:
+        def capture_outputs(self, outputs) -> None:  # noqa: ANN001 - name -> Tensor
+            captured.append(sorted(outputs))
+
+    sender = TracingSender(Capture(), request, ResponseStream(request), "m", 1, None)
+    sender.send(_out(1))
+    with pytest.raises(InternalError, match="is closed"):
+        sender.send(_out(2))
+    assert captured == [["OUT"]]
+
+
 def test_sending_after_close_raises_internal_error():
     _, _, sender = _make()
     sender.close()
@@ -569,6 +585,36 @@ def test_cancel_after_the_final_response_does_not_flag_the_request():
     sender.send(_out(1))
     stream.cancel()
     assert not request.is_cancelled()
+
+
+def test_the_final_response_drops_the_cancel_hooks():
+    # They hold whoever queued or ran the request, which holds the request: a cycle.
+    for finish in ("send", "close", "release_held", "abort"):
+        request, stream, sender = _make(raise_on_error=False)
+        calls: list[str] = []
+        request.on_cancel(lambda calls=calls: calls.append("hook"))
+        if finish == "release_held":
+            sender.hold()
+            sender.send(_out(1))
+            assert not stream.done
+            sender.release_held()
+        elif finish == "abort":
+            sender.abort(CancelledError("gone"))
+        else:
+            getattr(sender, finish)()
+        assert stream.done
+        request.cancel()
+        assert calls == [], finish
+
+
+def test_abort_after_the_final_response_changes_nothing():
+    calls: list[InferRequest] = []
+    request, stream, sender = _make(on_close=calls.append)
+    sender.send(_out(1))
+    sender.abort(CancelledError("unloaded"))
+    assert calls == [request]
+    assert [_value(r) for r in stream] == [1]
+    assert not sender.failed
 
 
 def test_cancel_if_open_answers_cancelled_error_once():

@@ -133,6 +133,11 @@ class InferRequest:
             self._cancel_hooks = []
         self._cancel_hooks.append(hook)
 
+    def finished(self) -> None:
+        """Its final response is out: drop the cancel hooks (they hold whoever queued or
+        ran the request, and nothing is left to cancel)."""
+        self._cancel_hooks = None
+
     def wants_output(self, name: str) -> bool:
         return self.requested_outputs is None or name in self.requested_outputs
 

@@ -331,7 +331,7 @@ class ResponseSender:
     Outputs the request did not ask for are dropped here, so backends may return all.
     """
 
-    __slots__ = ("_request", "_stream", "_model", "_version", "_closed", "failed",
+    __slots__ = ("_request", "_stream", "_id", "_model", "_version", "_closed", "failed",
                  "_on_close", "_hold", "_held", "_observer", "_sent", "_last_ns")
 
     def __init__(
@@ -342,8 +342,11 @@ class ResponseSender:
         version: int,
         on_close: Callable[[InferRequest], None] | None = None,
     ) -> None:
+        # Both links are dropped (None) once the final response is out (``_finish``):
+        # nothing reads them after ``_closed`` is set but the one who delivers it.
         self._request = request
         self._stream = stream
+        self._id = request.id
         self._model = model
         self._version = version
         self._closed = False
@@ -385,10 +388,7 @@ class ResponseSender:
         """Send one response (outputs or error); ``final`` closes the request's stream."""
         started_ns = time.monotonic_ns() if self._observer is not None else 0
         if self._closed:
-            raise InternalError(
-                f"response sender of request '{self._request.id}' for model "
-                f"'{self._model}' is closed: the final response was already sent"
-            )
+            raise self._closed_error()
         if final:
             self._closed = True
         request = self._request
@@ -416,22 +416,23 @@ class ResponseSender:
         self._stream._push(response, final)
         if started_ns:
             self._observe("fail" if error is not None else "success", started_ns)
-        if final and self._on_close is not None:
-            self._on_close(request)
+        if final:
+            self._finish(request)
 
     def abort(self, error: TritonError) -> None:
         """End the request with ``error`` now, even if a response is held (unload).
 
         A backend still holding the request may answer later: the stream ignores it.
         """
+        request, stream = self._request, self._stream
         self._closed = True
         self._hold = False
         self._held = None
+        if request is None or stream is None:  # finished already: nothing is waiting
+            return
         self.failed = True
-        self._stream._push(InferResponse(self._model, self._version, self._request.id,
-                                         error=error), True)
-        if self._on_close is not None:
-            self._on_close(self._request)
+        stream._push(InferResponse(self._model, self._version, self._id, error=error), True)
+        self._finish(request)
 
     def hold(self) -> None:
         """Keep the final response back until ``release_held`` (set before execution)."""
@@ -443,8 +444,7 @@ class ResponseSender:
         response, self._held = self._held, None
         if response is not None:
             self._stream._push(None if response is _BARE_FINAL else response, True)
-            if self._on_close is not None:
-                self._on_close(self._request)
+            self._finish(self._request)
 
     def send_error(self, error: TritonError, *, final: bool = True) -> None:
         self.send(error=error, final=final)
@@ -452,20 +452,33 @@ class ResponseSender:
     def close(self) -> None:
         """End the stream without a response (decoupled models' bare final flag)."""
         if self._closed:
-            raise InternalError(
-                f"response sender of request '{self._request.id}' for model "
-                f"'{self._model}' is closed: the final response was already sent"
-            )
+            raise self._closed_error()
         self._closed = True
         if self._hold:
             self._held = _BARE_FINAL  # release_held() ends the stream
             return
+        request = self._request
         started_ns = time.monotonic_ns() if self._observer is not None else 0
         self._stream._push(None, True)
         if started_ns:
-            self._observe("cancel" if self._request.cancelled else "empty", started_ns)
+            self._observe("cancel" if request.cancelled else "empty", started_ns)
+        self._finish(request)
+
+    def _finish(self, request: InferRequest) -> None:
+        """The final response is out: tell the model, and unlink. The request, its sender
+        and its stream (and a scheduler's cancel hook holding the request) would
+        otherwise form reference cycles, left for the garbage collector to find, at a
+        cost paid by every request; unlinked, they are freed as soon as the last holder
+        lets go."""
         if self._on_close is not None:
-            self._on_close(self._request)
+            self._on_close(request)
+        request.finished()
+        self._request = self._stream = None  # type: ignore[assignment]
+
+    def _closed_error(self) -> InternalError:
+        return InternalError(
+            f"response sender of request '{self._id}' for model '{self._model}' is "
+            "closed: the final response was already sent")
 
     def cancel_if_open(self) -> None:
         """Answer CancelledError unless the final response was already sent."""

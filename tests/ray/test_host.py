@@ -74,10 +74,11 @@ def _info(name: str = "remote") -> InstanceInfo:
                         device_id=0)
 
 
-def _request(x: np.ndarray, **kwargs) -> InferRequest:
+def _request(x: np.ndarray, **kwargs) -> tuple[InferRequest, ResponseStream]:
     request = InferRequest("twice", {"X": Tensor.from_object(x)}, **kwargs)
-    request.sender = ResponseSender(request, ResponseStream(request), "twice", 1)
-    return request
+    stream = ResponseStream(request)
+    request.sender = ResponseSender(request, stream, "twice", 1)
+    return request, stream
 
 
 class _Store:
@@ -100,8 +101,8 @@ def test_host_runs_the_model_through_its_backend(repo):
     assert outcome.error is None and outcome.report is not None
     assert outcome.report.node_id == ""  # not in Ray
     store = _Store()
-    small = _request(np.array([1.0, 2.0], np.float32), id="small")
-    big = _request(np.ones(STORE_MIN_BYTES // 4, np.float32), id="big",
+    small, small_stream = _request(np.array([1.0, 2.0], np.float32), id="small")
+    big, big_stream = _request(np.ones(STORE_MIN_BYTES // 4, np.float32), id="big",
                    requested_outputs=["Y"])
     remote = encode_requests([small, big], store.put)
     assert not isinstance(remote[0].inputs[0][2], Stored)
@@ -109,11 +110,11 @@ def test_host_runs_the_model_through_its_backend(repo):
     result = host.execute(remote, store.fetch)
     assert result.infer_ns >= 0 and result.input_ns >= 0 and result.output_ns >= 0
     deliver([small, big], result)
-    first = small.sender._stream.result()
+    first = small_stream.result()
     assert first.request_id == "small"
     assert first.outputs["Y"].to_numpy().tolist() == [2.0, 4.0]
     assert first.outputs["WHO"].to_numpy().tolist() == [b"remote_0"]
-    second = big.sender._stream.result()
+    second = big_stream.result()
     assert set(second.outputs) == {"Y"}  # only what the request asked for
     assert float(second.outputs["Y"].to_numpy().sum()) == 2.0 * (STORE_MIN_BYTES // 4)
     host.finalize()
@@ -123,13 +124,13 @@ def test_host_runs_the_model_through_its_backend(repo):
 def test_a_model_error_in_execute_answers_each_request(repo):
     host = InstanceHost()
     host.load(_spec(repo), _info())
-    request = _request(np.array([-1.0], np.float32), id="bad")
+    request, stream = _request(np.array([-1.0], np.float32), id="bad")
     result = host.execute(encode_requests([request], _Store().put))
     (response,) = result.responses[0]
     assert response.error is not None and "negative input" in response.error.message
     deliver([request], result)
     with pytest.raises(InternalError, match="negative input"):
-        request.sender._stream.result()
+        stream.result()
     host.finalize()
 
 
@@ -165,12 +166,13 @@ def test_decode_keeps_what_backends_read():
 
 
 def test_deliver_sends_errors_and_bare_finals():
-    erring, bare = _request(np.zeros(1, np.float32)), _request(np.zeros(1, np.float32))
+    (erring, erring_stream), (bare, bare_stream) = (_request(np.zeros(1, np.float32)),
+                                                    _request(np.zeros(1, np.float32)))
     result = RemoteResult(
         responses=((RemoteResponse((), None, RemoteError(4, "gone"), True),),
                    (RemoteResponse((), None, None, True, bare=True),)),
         input_ns=0, infer_ns=0, output_ns=0)
     deliver([erring, bare], result)
     with pytest.raises(UnavailableError, match="gone"):
-        erring.sender._stream.result()
-    assert bare.sender.closed and list(bare.sender._stream) == []
+        erring_stream.result()
+    assert bare.sender.closed and list(bare_stream) == []

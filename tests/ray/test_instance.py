@@ -123,11 +123,18 @@ def _info(index: int = 0, group: str = "g") -> InstanceInfo:
                         kind="KIND_CPU", device_id=0)
 
 
+# Each test request's stream (the sender lets go of it once the final response is out),
+# by the request's id; the request is kept with it, so the id stays its own.
+_STREAMS: dict[int, tuple[InferRequest, ResponseStream]] = {}
+
+
 def _payload(*values: np.ndarray, clock=None) -> Payload:
     requests = []
     for value in values:
         request = InferRequest("m", {"X": Tensor.from_object(value)})
-        request.sender = ResponseSender(request, ResponseStream(request), "m", 1)
+        stream = ResponseStream(request)
+        request.sender = ResponseSender(request, stream, "m", 1)
+        _STREAMS[id(request)] = (request, stream)
         requests.append(request)
     return Payload(requests, clock or _Ticks())
 
@@ -144,7 +151,7 @@ class _Ticks:
 
 
 def _result(payload: Payload, index: int = 0):
-    return payload.requests[index].sender._stream.result()
+    return _STREAMS[id(payload.requests[index])][1].result()
 
 
 def _started(cluster: FakeCluster, placement: RayPlacement | None = None, **kwargs
