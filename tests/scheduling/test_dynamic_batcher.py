@@ -116,6 +116,33 @@ def test_shape_incompatible_requests_are_not_batched_together():
     assert _ids(batcher.next_payload()) == ["c"]
 
 
+def _parsed(config: str) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(config + "dynamic_batching { }", model_config_pb2.ModelConfig())
+
+
+def test_a_fixed_shape_model_batches_without_computing_shape_keys():
+    # Validated requests of a model whose inputs are all required and of fixed dims share
+    # one item shape: the key is a constant (width 4 stands for what validation admits).
+    fixed = DynamicBatcher(_parsed(BASE.replace("dims: [ -1 ] }", "dims: [ 4 ] }", 1)), 1,
+                           ManualClock(), lambda r: None)
+    for name in "abc":
+        fixed.enqueue(_request(name)[0])
+    assert _ids(fixed.next_payload()) == ["a", "b", "c"]
+    assert fixed._shape_key(_request("d", width=4)[0]) == ()
+
+
+@pytest.mark.parametrize("input_options", [
+    "dims: [ -1 ]",  # any width
+    "dims: [ 4 ] optional: true",  # present or not
+    "dims: [ 4 ] reshape: { shape: [ -1 ] }",
+    "dims: [ 4 ] allow_ragged_batch: true",
+])
+def test_shape_keys_are_computed_unless_every_input_is_fixed(input_options: str):
+    config = BASE.replace("dims: [ -1 ] }", input_options + " }", 1)
+    batcher = DynamicBatcher(_parsed(config), 1, ManualClock(), lambda r: None)
+    assert batcher._shape_key(_request("a", width=4)[0]) != ()
+
+
 def test_ragged_inputs_batch_together_when_allowed():
     config = BASE.replace("dims: [ -1 ] }", "dims: [ -1 ] allow_ragged_batch: true }", 1)
     parsed = text_format.Parse(config + "dynamic_batching { }", model_config_pb2.ModelConfig())

@@ -90,6 +90,11 @@ class DynamicBatcher:
         self._delay_ns = int(batching.max_queue_delay_microseconds) * 1_000 if batching else 0
         self._preserve_ordering = bool(batching.preserve_ordering) if batching else False
         self._ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch)
+        # Every input required, of fixed dims (and reshape) and not ragged: the validator
+        # admits one item shape per input, so every request has the same shape key.
+        fixed = all(not i.optional and not i.allow_ragged_batch and min(i.dims, default=0) >= 0
+                    and min(i.reshape.shape, default=0) >= 0 for i in config.input)
+        self._fixed_key: tuple[()] | None = () if fixed else None
         self._queue = PriorityQueue.from_config(batching)
         self._instance_count = instance_count
         self._clock = clock
@@ -374,6 +379,8 @@ class DynamicBatcher:
         return batch
 
     def _shape_key(self, request: InferRequest) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        if self._fixed_key is not None:
+            return self._fixed_key
         ragged = self._ragged
         return tuple(
             (name, tensor.shape[1:] if name not in ragged else ())
