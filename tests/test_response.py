@@ -607,6 +607,24 @@ def test_the_final_response_drops_the_cancel_hooks():
         assert calls == [], finish
 
 
+def test_a_backend_answering_after_an_abort_is_refused_cleanly():
+    # An unload aborts a request a backend still holds; the backend's late answers meet
+    # a closed sender (not the unlinked request), and nothing reaches the stream.
+    for late in ("send", "close", "release_held"):
+        _, stream, sender = _make(raise_on_error=False)
+        if late == "release_held":
+            sender.hold()
+            sender.send(_out(1))  # held: the engine releases it after execute
+        sender.abort(CancelledError("unloaded"))
+        if late == "release_held":
+            sender.release_held()
+        else:
+            with pytest.raises(InternalError, match="is closed"):
+                getattr(sender, late)()
+        responses = list(stream)
+        assert len(responses) == 1 and isinstance(responses[0].error, CancelledError), late
+
+
 def test_abort_after_the_final_response_changes_nothing():
     calls: list[InferRequest] = []
     request, stream, sender = _make(on_close=calls.append)

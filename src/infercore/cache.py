@@ -302,12 +302,12 @@ class CacheFill:
 
 def _before_send(sender: CachingSender | _CachingTracingSender, outputs: Any, error: Any,
                  final: bool) -> None:
-    fill = sender._fill
-    if fill is None or sender.closed:
+    fill, request = sender._fill, sender._request
+    if fill is None or sender.closed or request is None:
         return
     sender._fill = None  # one chance: a model that sends more than one response is not cached
     if final and error is None:
-        fill.complete(sender._request, outputs)
+        fill.complete(request, outputs)
 
 
 class CachingSender(ResponseSender):

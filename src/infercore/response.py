@@ -342,10 +342,11 @@ class ResponseSender:
         version: int,
         on_close: Callable[[InferRequest], None] | None = None,
     ) -> None:
-        # Both links are dropped (None) once the final response is out (``_finish``):
-        # nothing reads them after ``_closed`` is set but the one who delivers it.
-        self._request = request
-        self._stream = stream
+        # Both links are dropped (None) once the final response is out (``_finish``).
+        # Readers take them into locals once: an unload's ``abort`` on another thread may
+        # finish the request meanwhile.
+        self._request: InferRequest | None = request
+        self._stream: ResponseStream | None = stream
         self._id = request.id
         self._model = model
         self._version = version
@@ -365,9 +366,9 @@ class ResponseSender:
         """Report every response's index and timing to ``observer`` (decoupled models)."""
         self._observer = observer
 
-    def _observe(self, kind: str, started_ns: int) -> None:
+    def _observe(self, request: InferRequest, kind: str, started_ns: int) -> None:
         now = time.monotonic_ns()
-        previous = self._last_ns or self._request.compute_start_ns or started_ns
+        previous = self._last_ns or request.compute_start_ns or started_ns
         self._observer(self._sent, max(0, started_ns - previous), now - started_ns,  # type: ignore[misc]
                        kind)
         self._sent += 1
@@ -387,11 +388,11 @@ class ResponseSender:
     ) -> None:
         """Send one response (outputs or error); ``final`` closes the request's stream."""
         started_ns = time.monotonic_ns() if self._observer is not None else 0
-        if self._closed:
+        request, stream = self._request, self._stream
+        if self._closed or request is None or stream is None:
             raise self._closed_error()
         if final:
             self._closed = True
-        request = self._request
         wanted = request.requested_outputs
         if outputs is None:
             chosen: dict[str, Tensor] = {}
@@ -413,9 +414,9 @@ class ResponseSender:
         if final and self._hold:
             self._held = response
             return
-        self._stream._push(response, final)
+        stream._push(response, final)
         if started_ns:
-            self._observe("fail" if error is not None else "success", started_ns)
+            self._observe(request, "fail" if error is not None else "success", started_ns)
         if final:
             self._finish(request)
 
@@ -442,26 +443,27 @@ class ResponseSender:
         """Deliver a held final response, if any, and stop holding."""
         self._hold = False
         response, self._held = self._held, None
-        if response is not None:
-            self._stream._push(None if response is _BARE_FINAL else response, True)
-            self._finish(self._request)
+        request, stream = self._request, self._stream
+        if response is not None and request is not None and stream is not None:
+            stream._push(None if response is _BARE_FINAL else response, True)
+            self._finish(request)
 
     def send_error(self, error: TritonError, *, final: bool = True) -> None:
         self.send(error=error, final=final)
 
     def close(self) -> None:
         """End the stream without a response (decoupled models' bare final flag)."""
-        if self._closed:
+        request, stream = self._request, self._stream
+        if self._closed or request is None or stream is None:
             raise self._closed_error()
         self._closed = True
         if self._hold:
             self._held = _BARE_FINAL  # release_held() ends the stream
             return
-        request = self._request
         started_ns = time.monotonic_ns() if self._observer is not None else 0
-        self._stream._push(None, True)
+        stream._push(None, True)
         if started_ns:
-            self._observe("cancel" if request.cancelled else "empty", started_ns)
+            self._observe(request, "cancel" if request.cancelled else "empty", started_ns)
         self._finish(request)
 
     def _finish(self, request: InferRequest) -> None:
@@ -473,7 +475,7 @@ class ResponseSender:
         if self._on_close is not None:
             self._on_close(request)
         request.finished()
-        self._request = self._stream = None  # type: ignore[assignment]
+        self._request = self._stream = None
 
     def _closed_error(self) -> InternalError:
         return InternalError(

@@ -322,8 +322,9 @@ class TracingSender(ResponseSender):
         self._trace = trace
 
     def send(self, outputs: Mapping[str, Tensor] | None = None, **kwargs: Any) -> None:
-        if outputs and not self.closed:  # closed: the request is unlinked, send refuses
-            wanted = self._request.requested_outputs
+        request = self._request  # None once finished: then send refuses
+        if outputs and request is not None and not self.closed:
+            wanted = request.requested_outputs
             self._trace.capture_outputs(
                 {n: t for n, t in outputs.items() if wanted is None or n in wanted})
         super().send(outputs, **kwargs)
