@@ -14,6 +14,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -21,9 +22,10 @@ import pytest
 from test_isolated_server import ADD_SUB_PY, add_sub_config
 
 from infercore import Server
+from infercore.backends.python.isolated_worker import WorkerHandle
 from infercore.errors import InternalError
 from infercore.request import InferRequest
-from infercore.response import mark_long_lived_loop
+from infercore.response import ResponseStream, mark_long_lived_loop
 from infercore.tensor import Tensor
 from infercore.testing import RepositoryBuilder
 
@@ -341,3 +343,49 @@ def test_an_instance_thread_reads_answers_after_uvloop_watched_them(repo: Reposi
         ones = np.ones((1, 4), np.float32)
         for _ in range(3):  # from this thread: run by the instance, blocking on its answer
             assert _sum(handle.infer({"INPUT0": ones * 2, "INPUT1": ones}).result()) == [3.0] * 4
+
+
+def test_an_unload_waits_for_the_loop_to_stop_watching_before_closing_the_channel(
+        repo: RepositoryBuilder, tmp_path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001
+    # A payload still in flight from a running loop at unload: the loop must have let go
+    # of the answer channel before it is closed (a registration left behind could outlive
+    # the descriptor, whose number the next worker's channel may get), even when the
+    # loop is busy for a moment then.
+    gate = tmp_path / "gate"
+    loop = asyncio.SelectorEventLoop()  # its selector shows what it watches
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    watched_at_close: list[bool] = []
+    close = WorkerHandle._close_resources
+
+    def recording_close(handle: WorkerHandle) -> None:
+        watched_at_close.append(handle._answers.fileno() in loop._selector.get_map())
+        close(handle)
+
+    monkeypatch.setattr(WorkerHandle, "_close_resources", recording_close)
+    try:
+        with Server(model_repository=repo.path, model_control_mode="explicit",
+                    startup_models=("gated",), exit_timeout=0) as server:
+
+            async def start() -> ResponseStream:
+                mark_long_lived_loop(asyncio.get_running_loop())
+                return server.infer(_request("gated", gate=str(gate)), raise_on_error=False,
+                                    consume_now=True)
+
+            stream = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+            assert not stream.done
+            # The loop is busy past the unload's wait for the instance (~1 s here), so the
+            # answer is still unread when the worker is finalized.
+            loop.call_soon_threadsafe(time.sleep, 2.0)
+            gate.touch()
+            server.unload("gated")
+            response = stream.result(10)
+            assert response is not None and "unloaded" in response.error.message
+        assert watched_at_close == [False]
+        # and the loop goes on serving
+        alive = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, "alive"), loop)
+        assert alive.result(5) == "alive"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

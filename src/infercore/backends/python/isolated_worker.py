@@ -88,6 +88,7 @@ __all__ = ["WorkerHandle", "WorkerSettings", "WorkerUnreachable"]
 logger = logging.getLogger(__name__)
 
 _EXIT_STATUS_WAIT_S = 2.0  # how long a crash report waits to learn how the process ended
+_UNWATCH_WAIT_S = 5.0  # at most, for an event loop to stop watching a finalized worker
 
 # The loggers whose levels workers copy (root, infercore, infercore.model), sent with each
 # execution: records this process would drop never cross.
@@ -641,14 +642,10 @@ class WorkerHandle:
         self._bls.abort()  # a model waiting on another model must get to finalize
         with self._watch_lock:
             watching, self._watching = self._watching, None
-        if watching is not None and not watching.is_closed():
+        if watching is not None:
             # A payload that never ended (finalized past the exit timeout): its loop stops
             # watching the channel, which this thread reads from now on.
-            try:
-                watching.call_soon_threadsafe(watching.remove_reader,
-                                              self._answers.fileno())
-            except RuntimeError:  # closed meanwhile
-                pass
+            self._unwatch_from(watching, min(timeout, _UNWATCH_WAIT_S))
         if not self._table.closed:
             try:
                 self._data.settimeout(timeout)
@@ -671,6 +668,33 @@ class WorkerHandle:
                 process.kill()
                 process.wait(_EXIT_STATUS_WAIT_S)
         self.release()
+
+    def _unwatch_from(self, loop: asyncio.AbstractEventLoop, wait_s: float) -> None:
+        """Make ``loop`` stop watching the answer channel, and wait until it has: it must
+        not read what this thread reads now, nor hold a registration for a descriptor
+        about to be closed (whose number the next worker's channel may get). On that
+        loop's own thread, at once; a loop that is not running does it when it runs
+        again (it reads nothing meanwhile); one that does not get to it within
+        ``wait_s`` is left to find the descriptor closed."""
+        fd = self._answers.fileno()
+        if asyncio._get_running_loop() is loop:
+            loop.remove_reader(fd)
+            return
+        removed = threading.Event()
+
+        def remove() -> None:
+            try:
+                loop.remove_reader(fd)
+            finally:
+                removed.set()
+
+        try:
+            loop.call_soon_threadsafe(remove)
+        except RuntimeError:  # closed: its registrations went with it
+            return
+        if loop.is_running() and not removed.wait(wait_s):
+            logger.warning("instance %s: the event loop watching its worker did not let go "
+                           "within %.1f s; finalizing anyway", self._name, wait_s)
 
     def release(self) -> None:
         """Join the event thread and close the channels and shared memory (after exit)."""
