@@ -79,7 +79,7 @@ class RequestValidator:
         inputs = request.inputs
         specs = self.inputs
         model = self.model_name
-        if len(inputs) != len(specs) or any(name not in specs for name in inputs):
+        if len(inputs) != len(specs) or not inputs.keys() <= specs.keys():
             self._check_input_names(inputs)
         batching = self.max_batch_size > 0
         batch_size = 0
@@ -104,7 +104,7 @@ class RequestValidator:
                 item_shape = shape[1:]
             else:
                 item_shape = shape
-            if not spec.matches(item_shape):
+            if item_shape != spec.dims and not spec.matches(item_shape):  # equal: fixed dims
                 raise InvalidArgumentError(self._shape_message(name, spec, shape))
         if batching:
             if batch_size < 1 or batch_size > self.max_batch_size:
