@@ -76,7 +76,7 @@ class HttpResponse:
 
     @property
     def body_length(self) -> int:
-        return sum(len(part) for part in self.parts)
+        return sum(map(len, self.parts))
 
 
 _REASONS = {
