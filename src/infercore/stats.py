@@ -319,6 +319,8 @@ class ModelStats:
         batch_size = 0
         window = self._window
         traced = False
+        # The batch's successes are summed here and added once: no call per request.
+        succeeded = success_ns = queue_total_ns = 0
         with self._lock:
             self._execution_count += 1
             if instance:
@@ -336,13 +338,17 @@ class ModelStats:
                 batch_size += request.batch_size or 1
                 request_ns = now_ns - request.request_start_ns
                 queue_ns = request.compute_start_ns - request.queue_start_ns
-                self._success.add(request_ns)
-                self._queue.add(queue_ns)
-                self._compute_input.add(input_ns)
-                self._compute_infer.add(infer_ns)
-                self._compute_output.add(output_ns)
+                succeeded += 1
+                success_ns += request_ns
+                queue_total_ns += queue_ns
                 if window is not None:
                     window.add(now_ns, request_ns, queue_ns, input_ns, infer_ns, output_ns)
+            if succeeded:
+                self._success.add(success_ns, succeeded)
+                self._queue.add(queue_total_ns, succeeded)
+                self._compute_input.add(input_ns * succeeded, succeeded)
+                self._compute_infer.add(infer_ns * succeeded, succeeded)
+                self._compute_output.add(output_ns * succeeded, succeeded)
             self._inference_count += batch_size
             if batch_size:
                 counters = self._batches.get(batch_size)
