@@ -5,7 +5,7 @@ schedulers and backends that held it once formed cycles: ~25 objects per request
 collector, whose passes then took ~6% of the HTTP loop.)
 
 Checked for the in-process API (sync and async), HTTP and gRPC, on in-thread models with
-and without dynamic batching, a process-isolated one and a decoupled one.
+and without dynamic batching and a process-isolated one; and, in process, a decoupled one.
 """
 
 from __future__ import annotations
