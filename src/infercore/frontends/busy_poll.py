@@ -31,6 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..response import ResponseStream
 
 # After a request was answered by a thread of this process, no polling for this long.
 _QUIET_AFTER_HOLD_NS = 10_000_000
@@ -85,3 +89,14 @@ class BusyPoll:
             self._loop.call_soon(self._poll)  # still ready: the loop polls, then comes back
         else:
             self._polling = False
+
+
+def hold_while_a_thread_answers(busy_poll: BusyPoll | None,
+                                stream: ResponseStream) -> BusyPoll | None:
+    """The poller, held, when ``stream``'s answer is to come from a thread of this process
+    (not there yet, and its request not run from the loop); None otherwise. The caller
+    releases it once the answer came."""
+    if busy_poll is None or stream.done or stream.request.runs_on_loop:
+        return None
+    busy_poll.hold()
+    return busy_poll

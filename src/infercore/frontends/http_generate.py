@@ -35,7 +35,7 @@ from ..request import InferRequest, ParameterValue
 from ..response import InferResponse, ResponseStream
 from ..server import Server
 from ..tensor import DataType, Tensor
-from .busy_poll import BusyPoll
+from .busy_poll import BusyPoll, hold_while_a_thread_answers
 from .http_decode import _from_json
 from .http_encode import _json_data
 from .http_messages import HttpRequest, HttpResponse, decompress, error_response
@@ -70,18 +70,15 @@ class GenerateHandler:
             return error_response(exc)
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
             return error_response(as_triton_error(exc))
-        busy_poll = self._busy_poll
-        if responses.done or infer_request.runs_on_loop:
-            busy_poll = None  # answered by the loop itself: polling helps
-        if busy_poll is not None:  # a thread of ours answers: the loop must leave it the GIL
-            busy_poll.hold()
+        # a thread of ours answers: the loop must leave it the GIL meanwhile
+        held = hold_while_a_thread_answers(self._busy_poll, responses)
         try:
             if stream:
                 return await _stream(responses)
             return await _single(responses)
         finally:
-            if busy_poll is not None:
-                busy_poll.release()
+            if held is not None:
+                held.release()
 
     def _decode(self, request: HttpRequest, model: str, version: int) -> InferRequest:
         # Triton reads the model's metadata before the body: an unknown model is a 404

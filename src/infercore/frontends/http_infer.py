@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InternalError, NotFoundError, TritonError, UnsupportedError
 from ..response import InferResponse
 from ..server import Server
-from .busy_poll import BusyPoll
+from .busy_poll import BusyPoll, hold_while_a_thread_answers
 from .http_decode import DecodedInfer, decode_infer, decode_raw_infer, parse_header_length
 from .http_encode import encode_infer
 from .http_header_cache import HeaderCache
@@ -70,15 +70,13 @@ class InferHandler:
             # consume_now: awaited right below, so no instance thread is woken in vain
             stream = self._server.infer(decoded.request, raise_on_error=False,
                                         consume_now=True)
-            busy_poll = self._busy_poll
-            if busy_poll is not None and not stream.done and not decoded.request.runs_on_loop:
-                busy_poll.hold()  # a thread of ours answers: the loop must leave it the GIL
-                try:
-                    response = await stream.__anext__()
-                finally:
-                    busy_poll.release()
-            else:
+            # a thread of ours answers: the loop must leave it the GIL meanwhile
+            held = hold_while_a_thread_answers(self._busy_poll, stream)
+            try:
                 response = await stream.__anext__()
+            finally:
+                if held is not None:
+                    held.release()
             if not response.final:  # a decoupled model: more responses would follow
                 stream.cancel()
                 raise UnsupportedError(_DECOUPLED)
