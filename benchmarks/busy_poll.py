@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from isolation import harness_summary, isolated_add_sub, serve_command
-from perf_doc import write_section
+from perf_doc import publish
 
 MARK_BEGIN = "<!-- busy-poll:begin -->"
 MARK_END = "<!-- busy-poll:end -->"
@@ -139,9 +139,7 @@ def main() -> int:
         parser.error("--window must be positive (0 is the 'off' column already)")
     command = "python benchmarks/busy_poll.py " + " ".join(sys.argv[1:])
     section = render(run(args), args, command.strip())
-    print(section)
-    if args.write is not None:
-        write_section(args.write, MARK_BEGIN, MARK_END, f"{MARK_BEGIN}\n{section}\n{MARK_END}")
+    publish(section, args.write, MARK_BEGIN, MARK_END)
     return 0
 
 

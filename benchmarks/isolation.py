@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from perf_doc import write_section
+from perf_doc import publish
 
 from infercore import Server
 from infercore.testing import RepositoryBuilder
@@ -382,9 +382,7 @@ def main() -> int:
         results["perf_analyzer"] = run_perf_analyzer(args)
     command = "python benchmarks/isolation.py " + " ".join(sys.argv[1:])
     section = render(results, args, command.strip())
-    print(section)
-    if args.write is not None:
-        write_section(args.write, MARK_BEGIN, MARK_END, f"{MARK_BEGIN}\n{section}\n{MARK_END}")
+    publish(section, args.write, MARK_BEGIN, MARK_END)
     return 0
 
 

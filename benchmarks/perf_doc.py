@@ -16,3 +16,10 @@ def write_section(path: Path, begin: str, end: str, block: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
+
+
+def publish(section: str, path: Path | None, begin: str, end: str) -> None:
+    """Print ``section``; with ``path``, also put it between ``begin`` and ``end`` there."""
+    print(section)
+    if path is not None:
+        write_section(path, begin, end, f"{begin}\n{section}\n{end}")

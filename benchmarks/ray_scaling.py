@@ -35,7 +35,7 @@ from pathlib import Path
 import isolation
 import numpy as np
 from isolation import CLIENTS, CPU_PY
-from perf_doc import write_section
+from perf_doc import publish
 
 from infercore import Server
 from infercore.testing import RepositoryBuilder
@@ -197,9 +197,7 @@ def main() -> int:
     results = run(args)
     command = "python benchmarks/ray_scaling.py " + " ".join(sys.argv[1:])
     section = render(results, args, command.strip())
-    print(section)
-    if args.write is not None:
-        write_section(args.write, MARK_BEGIN, MARK_END, f"{MARK_BEGIN}\n{section}\n{MARK_END}")
+    publish(section, args.write, MARK_BEGIN, MARK_END)
     return 0
 
 
