@@ -6,6 +6,7 @@ collector, whose passes then took ~6% of the HTTP loop.)
 
 Checked for the in-process API (sync and async), HTTP and gRPC, on in-thread models with
 and without dynamic batching and a process-isolated one; and, in process, a decoupled one.
+Inside a worker process too: a probe model looks at the worker's own collector.
 """
 
 from __future__ import annotations
@@ -38,6 +39,45 @@ MODELS = {  # name: extra config
 }
 ROUNDS = 12
 
+# Runs in its own worker process. "start": collector off, keep what it finds; "work": an
+# ordinary request; "report": collect, answer the names of infercore's objects found.
+GC_PROBE_CONFIG = """
+name: "gc_probe"
+backend: "python"
+max_batch_size: 8
+input [ { name: "COMMAND", data_type: TYPE_STRING, dims: [ 1 ] } ]
+output [ { name: "FOUND", data_type: TYPE_STRING, dims: [ -1 ] } ]
+dynamic_batching { }
+""" + PROCESS
+GC_PROBE_PY = """
+import gc
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            command = pb_utils.get_input_tensor_by_name(request, "COMMAND").as_numpy()
+            found = []
+            if command[0, 0] == b"start":
+                gc.collect()
+                gc.disable()
+                gc.set_debug(gc.DEBUG_SAVEALL)
+            elif command[0, 0] == b"report":
+                gc.collect()
+                found = sorted({f"{type(thing).__module__}.{type(thing).__qualname__}"
+                                for thing in gc.garbage
+                                if type(thing).__module__.startswith("infercore")})
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.enable()
+            out = np.array([[name.encode() for name in found]], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("FOUND", out)]))
+        return responses
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
@@ -46,8 +86,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         repo.add_model(name, config=ADD_SUB_CONFIG.replace('"add_sub"', f'"{name}"') + extra,
                        model_py=ADD_SUB_PY)
     repo.add_model("counter", config=DECOUPLED_COUNTER_CONFIG, model_py=DECOUPLED_COUNTER_PY)
+    repo.add_model("gc_probe", config=GC_PROBE_CONFIG, model_py=GC_PROBE_PY)
     with Server(model_repository=repo.path, model_control_mode="explicit",
-                startup_models=(*MODELS, "counter")) as started:
+                startup_models=(*MODELS, "counter", "gc_probe")) as started:
         yield started
 
 
@@ -151,3 +192,17 @@ def test_grpc_requests_leave_no_cycles(server: Server, model: str):
     finally:
         client.close()
         endpoint.stop()
+
+
+def test_worker_process_requests_leave_no_cycles(server: Server):
+    probe = server.model("gc_probe")
+
+    def command(word: bytes) -> list[bytes]:
+        response = probe.infer({"COMMAND": np.array([[word]], dtype=np.object_)}).result()
+        return response.outputs["FOUND"].to_numpy().ravel().tolist()
+
+    command(b"work")  # first use: lazy set-up is not per-request garbage
+    command(b"start")
+    for _ in range(ROUNDS):
+        command(b"work")
+    assert command(b"report") == []

@@ -19,6 +19,7 @@ from infercore.backends.python.worker_arena import (
     create_memory_file,
 )
 from infercore.backends.python.worker_protocol import (
+    RESPONSE,
     FrameReader,
     encode_frame,
     read_inputs,
@@ -235,3 +236,31 @@ def test_frame_reader_splits_and_joins_frames():
         sender.join()
         assert got == frames
         assert reader.read() == []
+
+
+def test_worker_sender_lets_go_of_its_request_at_the_final_response(arena: InputArena, ring):
+    from infercore.backends.python.worker_runtime import _Outbox, _WorkerRequest, _WorkerSender
+    from infercore.errors import InternalError
+
+    writer, _ = ring
+    data, peer = socket.socketpair()
+    events, events_peer = socket.socketpair()
+    outbox = _Outbox(data, events, writer, decoupled=False, model_name="m")
+    flags = ArenaView(os.dup(arena.fd), arena.size)
+    request = _WorkerRequest("m", {}, id="req-7")
+    request.watch_flag(flags, 0)
+    sender = _WorkerSender(request, 1, outbox)
+    request.sender = sender  # type: ignore[assignment]
+    try:
+        sender.send({"OUT": CoreTensor(DataType.INT32, np.arange(3, dtype=np.int32))})
+        assert sender.closed
+        assert sender._request is None  # no request <-> sender cycle left behind
+        with pytest.raises(InternalError, match="request 'req-7' for model 'm' is closed"):
+            sender.send({})
+        with pytest.raises(InternalError, match="is closed"):
+            sender.close()
+        assert [frame[0] for frame in FrameReader(peer).read()] == [RESPONSE]
+    finally:
+        flags.close()
+        for sock in (data, peer, events, events_peer):
+            sock.close()

@@ -98,9 +98,9 @@ def exit_now(code: int) -> None:
 class _Outbox:
     """Every write to the server, serialised per channel."""
 
-    def __init__(
-        self, data: socket.socket, events: socket.socket, ring: OutputRing, decoupled: bool
-    ) -> None:
+    def __init__(self, data: socket.socket, events: socket.socket, ring: OutputRing,
+                 decoupled: bool, model_name: str) -> None:
+        self.model_name = model_name  # for error texts
         self._data = data
         self._events = events
         self._ring = ring
@@ -180,12 +180,14 @@ class _Outbox:
 
 
 class _WorkerRequest(InferRequest):
-    """A request inside the worker: its cancel flag lives in the server's input block."""
+    """A request inside the worker: its cancel flag lives in the server's input block.
+
+    Built with ``InferRequest``'s constructor; ``watch_flag`` completes it.
+    """
 
     __slots__ = ("_flags", "_flag_offset", "_finished")
 
-    def __init__(self, *args: Any, flags: ArenaView, flag_offset: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def watch_flag(self, flags: ArenaView, flag_offset: int) -> None:
         self._flags = flags
         self._flag_offset = flag_offset
         self._finished = False
@@ -202,34 +204,39 @@ class _WorkerRequest(InferRequest):
 
 
 class _WorkerSender:
-    """The engine's ``ResponseSender`` as the worker's requests see it: sends become frames."""
+    """The engine's ``ResponseSender`` as the worker's requests see it: sends become frames.
 
-    __slots__ = ("_request", "_slot", "_outbox", "_closed")
+    It lets go of its request with the final response: the two would otherwise form a
+    reference cycle per request, left to the cyclic garbage collector.
+    """
+
+    __slots__ = ("_request", "_request_id", "_slot", "_outbox")
 
     def __init__(self, request: _WorkerRequest, slot: int, outbox: _Outbox) -> None:
-        self._request = request
+        self._request: _WorkerRequest | None = request
+        self._request_id = request.id
         self._slot = slot
         self._outbox = outbox
-        self._closed = False
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._request is None
 
-    def _check_open(self) -> None:
-        if self._closed:
+    def _open_request(self) -> _WorkerRequest:
+        request = self._request
+        if request is None:
             raise InternalError(
-                f"response sender of request '{self._request.id}' for model "
-                f"'{self._request.model_name}' is closed: the final response was already sent"
+                f"response sender of request '{self._request_id}' for model "
+                f"'{self._outbox.model_name}' is closed: the final response was already sent"
             )
+        return request
 
     def send(self, outputs: dict[str, CoreTensor] | None = None, *,
              parameters: dict[str, Any] | None = None, error: TritonError | None = None,
              final: bool = True) -> None:
-        self._check_open()
-        request = self._request
+        request = self._open_request()
         if final:
-            self._closed = True
+            self._request = None
             request._finish()
         flags = FLAG_RESPONSE | (FLAG_FINAL if final else 0)
         wanted = request.requested_outputs
@@ -249,9 +256,9 @@ class _WorkerSender:
             raise
 
     def close(self) -> None:
-        self._check_open()
-        self._closed = True
-        self._request._finish()
+        request = self._open_request()
+        self._request = None
+        request._finish()
         self._outbox.respond(self._slot, FLAG_FINAL, None, None, {})
 
 
@@ -308,7 +315,8 @@ class WorkerRuntime:
         self._inputs = ArenaView(self._input_fd, settings["input_size"])
         ring = OutputRing(self._output_fd, settings["output_size"], settings["growth"])
         self._model_name: str = settings["model_name"]
-        self._outbox = _Outbox(self._answers, self._events, ring, settings["decoupled"])
+        self._outbox = _Outbox(self._answers, self._events, ring, settings["decoupled"],
+                              self._model_name)
         self._decoupled: bool = settings["decoupled"]
         self._install_logging(settings["log_levels"])
         bls_arena = InputArena("", settings["bls_size"], settings["growth"], fd=self._bls_fd)
@@ -409,9 +417,8 @@ class WorkerRuntime:
                 correlation_id=correlation_id,
                 sequence_start=sequence_start,
                 sequence_end=sequence_end,
-                flags=self._inputs,
-                flag_offset=block,
             )
+            request.watch_flag(self._inputs, block)
             request.batch_size = batch_size
             request.sender = _WorkerSender(request, slot, self._outbox)  # type: ignore[assignment]
             requests.append(request)
