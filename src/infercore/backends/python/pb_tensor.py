@@ -55,6 +55,10 @@ _CODE_BY_DATATYPE: dict[DataType, int] = {
 _DATATYPE_BY_CODE: dict[int, DataType] = {code: dt for dt, code in _CODE_BY_DATATYPE.items()}
 _BYTES_CODE = 13
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+# The codes of the native-order numpy dtypes, looked up first (a Tensor is made per output).
+_CODE_BY_DTYPE: dict[np.dtype, int] = {
+    dt.numpy_dtype: code for dt, code in _CODE_BY_DATATYPE.items() if dt is not DataType.BYTES
+}
 
 TRITON_STRING_TO_NUMPY: dict[str, Any] = {
     "TYPE_BOOL": bool,
@@ -100,6 +104,9 @@ def numpy_to_triton_type(data_type: Any) -> int | None:
 
 
 def _code_of(dtype: np.dtype) -> int | None:
+    code = _CODE_BY_DTYPE.get(dtype)
+    if code is not None:
+        return code
     if dtype.kind in ("O", "S"):
         return _BYTES_CODE
     try:

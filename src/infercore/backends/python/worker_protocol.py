@@ -132,6 +132,7 @@ _DATATYPES: tuple[DataType, ...] = tuple(DataType)
 _CODES: dict[DataType, int] = {dt: code for code, dt in enumerate(_DATATYPES)}
 _BYTES_CODE = _CODES[DataType.BYTES]
 _BF16_CODE = _CODES[DataType.BF16]
+_NUMPY_DTYPES: tuple[np.dtype, ...] = tuple(dt.numpy_dtype for dt in _DATATYPES)
 
 # (name, datatype code, shape, offset or -1, nbytes or the data itself when inline)
 Descriptor = tuple[str, int, tuple[int, ...], int, Any]
@@ -281,7 +282,11 @@ def read_inputs(view: ArenaView, size: int, descriptors: tuple[Descriptor, ...]
     buffer = view.buffer(size)
     inputs: dict[str, CoreTensor] = {}
     for name, code, shape, offset, nbytes in descriptors:
-        inputs[name] = _tensor_at(buffer, code, shape, offset, nbytes, copy=False)
+        if offset >= 0 and nbytes and code != _BYTES_CODE:  # the usual case, inlined
+            array = np.ndarray(shape, _NUMPY_DTYPES[code], buffer, offset)
+            inputs[name] = CoreTensor(_DATATYPES[code], array)
+        else:
+            inputs[name] = _tensor_at(buffer, code, shape, offset, nbytes, copy=False)
     return inputs
 
 
@@ -357,9 +362,8 @@ def read_outputs(view: ArenaView, size: int, descriptors: tuple[Descriptor, ...]
     outputs: dict[str, CoreTensor] = {}
     for name, code, shape, offset, data in descriptors:
         if copied is not None and offset >= 0 and code != _BYTES_CODE and data:
-            datatype = _DATATYPES[code]
-            array = np.ndarray(shape, datatype.numpy_dtype, copied, offset - low)
-            outputs[name] = CoreTensor(datatype, array)
+            array = np.ndarray(shape, _NUMPY_DTYPES[code], copied, offset - low)
+            outputs[name] = CoreTensor(_DATATYPES[code], array)
         else:
             outputs[name] = _tensor_at(buffer, code, shape, offset, data, copy=True)
     return outputs
