@@ -9,7 +9,8 @@ handle (isolated.py). Its states:
 Per payload: the executing thread copies each request's inputs into a block of the input
 arena, registers the request in the in-flight table (isolated_inflight.py) and sends one
 EXECUTE frame. Responses come back as RESPONSE frames naming the request's slot, outputs in
-the output ring; each is copied out and passed to the request's engine ``ResponseSender``.
+the output ring (those sent during the execute inside its DONE frame); each is copied out
+and passed to the request's engine ``ResponseSender``.
 
 Threads:
   - the thread executing a payload (the instance's backend thread, or a caller running its
@@ -484,6 +485,9 @@ class WorkerHandle:
                 self._await_events(frame[8])
                 self._deliver(frame)
             elif frame[0] == DONE and frame[1] == exec_id:
+                for response in frame[2]:
+                    self._await_events(response[8])
+                    self._deliver(response)
                 finished = True
         return finished
 

@@ -9,9 +9,10 @@ always matches.)
 
     data channel   (one socket each way)
                    server -> worker: INIT, EXECUTE, FINALIZE
-                   worker -> server: READY or INIT_FAILED, then per EXECUTE the responses
-                   (models that are not decoupled; written together with DONE in one
-                   send) and DONE; FINALIZED
+                   worker -> server: READY or INIT_FAILED, then per EXECUTE its DONE,
+                   which carries the responses sent during that execute (models that are
+                   not decoupled: one frame, one send); RESPONSE frames for any sent
+                   later, from a model's thread; FINALIZED
     event channel  worker -> server: LOG records, the responses of decoupled models,
                    BLS_REQUEST and BLS_CANCEL (calls to other models), METRIC operations;
                    read by the server's event thread as they come, in order.
@@ -98,7 +99,9 @@ INIT_FAILED = 5  # (INIT_FAILED, error_code, message)
 # response from the data channel only once it has handled that many, so a client that has
 # its response also sees the metric updates and log lines that preceded it.
 RESPONSE = 6
-DONE = 7  # (DONE, exec_id)
+# (DONE, exec_id, responses): the RESPONSE frames (as tuples) sent during the execute, in
+# order; empty for decoupled models, whose responses travel on the event channel
+DONE = 7
 FINALIZED = 8  # (FINALIZED,)
 LOG = 9  # (LOG, level, logger, message, path, line, function, exc_text, extra | None)
 # (BLS_REQUEST, call, model, version, request_id, correlation_id, sequence_start,

@@ -9,8 +9,8 @@ exactly the pb_utils API, ``initialize`` args and error texts it sees in-thread.
     INIT      create the model and the instance (imports model.py, runs ``initialize``);
               answer READY, or INIT_FAILED with the error's code and text
     EXECUTE   wrap the requests, run ``execute``, answer DONE. For a model that is not
-              decoupled, the responses sent meanwhile are held and written together with
-              DONE: one send, one wake-up of the server
+              decoupled, the responses sent meanwhile are held and travel inside DONE:
+              one frame, one send, one wake-up of the server
     FINALIZE  run ``finalize``, answer FINALIZED; the process then exits
 
 A worker's life: started -> initializing (INIT) -> serving (EXECUTE after EXECUTE) ->
@@ -112,29 +112,23 @@ class _Outbox:
         self._events_sent = 0  # frames written on the event channel (RESPONSE carries it)
         # The channel that carries responses also orders the ring's chunks.
         self._response_lock = self._event_lock if decoupled else self._data_lock
-        self._held: list[bytes] | None = None  # data frames kept back during an execute
+        # RESPONSE frames kept back during an execute, to travel inside its DONE
+        self._held: list[tuple[Any, ...]] | None = None
 
     def hold(self) -> None:
         with self._data_lock:
             self._held = []
 
-    def release(self, frame: tuple[Any, ...]) -> None:
-        """Send ``frame`` after everything held since ``hold``, in one write."""
-        raw = encode_frame(frame)
+    def release(self, exec_id: int) -> None:
+        """Send the DONE of execution ``exec_id``, with the responses held since ``hold``."""
         with self._data_lock:
             held, self._held = self._held, None
-            if held:
-                held.append(raw)
-                raw = b"".join(held)
-            self._write(self._data, raw)
+            self._write(self._data, encode_frame((DONE, exec_id, tuple(held or ()))))
 
     def send_data(self, frame: tuple[Any, ...]) -> None:
         raw = encode_frame(frame)
         with self._data_lock:
-            if self._held is not None:
-                self._held.append(raw)
-            else:
-                self._write(self._data, raw)
+            self._write(self._data, raw)
 
     def send_event(self, frame: tuple[Any, ...]) -> None:
         raw = encode_frame(frame)
@@ -162,14 +156,14 @@ class _Outbox:
                 error: tuple[int, str] | None, outputs: dict[str, CoreTensor]) -> None:
         with self._response_lock:
             sequence, descriptors = write_outputs(self._ring, outputs) if outputs else (0, ())
-            raw = encode_frame((RESPONSE, slot, flags, parameters, error, descriptors,
-                                self._ring.size, sequence, self._events_sent))
+            frame = (RESPONSE, slot, flags, parameters, error, descriptors, self._ring.size,
+                     sequence, self._events_sent)
             if self._decoupled:
-                self._write_event(raw)
+                self._write_event(encode_frame(frame))
             elif self._held is not None:
-                self._held.append(raw)
+                self._held.append(frame)
             else:
-                self._write(self._data, raw)
+                self._write(self._data, encode_frame(frame))
 
     @staticmethod
     def _write(channel: socket.socket, raw: bytes) -> None:
@@ -433,7 +427,7 @@ class WorkerRuntime:
                 if sender is not None and not sender.closed:
                     sender.send(error=InternalError(f"{type(exc).__name__}: {exc}"))
         finally:
-            self._outbox.release((DONE, exec_id))
+            self._outbox.release(exec_id)
 
     def _finalize(self) -> None:
         self._instance.finalize()
