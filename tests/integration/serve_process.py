@@ -59,6 +59,16 @@ def http_status(port: int, path: str, headers: dict[str, str] | None = None,
         return None
 
 
+def infer_and_leave(port: int, model: str, body: bytes, *, linger_s: float = 0.0) -> None:
+    """POST ``body`` to ``model``'s infer route over a raw socket and close the connection,
+    ``linger_s`` later, without reading the answer: a client that went away."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (model.encode(), len(body)) + body)
+        if linger_s:
+            time.sleep(linger_s)
+
+
 def refuses_connections(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from serve_process import infer_and_leave
 
 pytest_plugins = ["conftest_http"]
 
@@ -226,9 +227,7 @@ def test_client_disconnect_cancels_its_request(http_server):
         {"name": "SECONDS", "shape": [1], "datatype": "FP32", "data": [20.0]}]}).encode()
     started = time.monotonic()
 
-    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
-        sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(request) + request)
+    infer_and_leave(http_server.port, "slow", request)
     # The model would run 20 s; cancelled, it stops within a few ms and counts a failure.
     stats = _wait_for_failures(http_server, "slow", 1, deadline=10.0)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY, slow_model
-from serve_process import HttpServeProcess, wait_for
+from serve_process import HttpServeProcess, infer_and_leave, wait_for
 
 from infercore.testing import RepositoryBuilder
 
@@ -84,10 +83,8 @@ def test_a_client_gone_while_the_worker_runs_its_request_cancels_it(server):
         {"name": "SECONDS", "shape": [1], "datatype": "FP32", "data": [20.0]}]}).encode()
     started = time.monotonic()
 
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(request) + request)
-        time.sleep(0.3)  # the idle worker takes it at once (the test holds either way)
+    # the idle worker takes it at once (the test holds either way)
+    infer_and_leave(server.port, "slow", request, linger_s=0.3)
     # The worker's model sees is_cancelled() and stops: counted as a failure, not 20 s
     wait_for(lambda: _stats(server, "slow")["inference_stats"]["fail"]["count"] == 1, 10.0,
              lambda: f"the cancelled request did not fail: {_stats(server, 'slow')}")
