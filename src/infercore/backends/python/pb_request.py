@@ -177,7 +177,7 @@ class InferenceResponse:
             )
         self._output_tensors = list(output_tensors)
         self._error = error
-        self._parameters = _parameters_dict(parameters)
+        self._parameters = {} if parameters is None else _parameters_dict(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         return self._output_tensors

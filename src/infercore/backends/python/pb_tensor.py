@@ -143,12 +143,14 @@ class Tensor:
     __slots__ = ("_name", "_array", "_code", "_producer", "_device_id", "_core")
 
     def __init__(self, name: str, numpy_array: Any) -> None:
-        _check_name(name)
+        if type(name) is not str or not name:
+            _check_name(name)
         array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
-        if array.dtype.kind == "U":
-            code: int | None = _BYTES_CODE  # str arrays carry text: BYTES, encoded on output
-        else:
-            code = _code_of(array.dtype)
+        dtype = array.dtype
+        code = _CODE_BY_DTYPE.get(dtype)  # the usual case: one lookup, no call
+        if code is None:
+            # str arrays carry text: BYTES, encoded on output
+            code = _BYTES_CODE if dtype.kind == "U" else _code_of(dtype)
         if code is None:
             raise TritonModelException("NumPy dtype is not supported.")
         if not array.flags.c_contiguous:

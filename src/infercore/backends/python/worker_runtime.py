@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,7 @@ class _Outbox:
             self._event_writing = False
 
     def respond(self, slot: int, flags: int, parameters: dict[str, Any] | None,
-                error: tuple[int, str] | None, outputs: dict[str, CoreTensor]) -> None:
+                error: tuple[int, str] | None, outputs: Mapping[str, CoreTensor]) -> None:
         with self._response_lock:
             sequence, descriptors = write_outputs(self._ring, outputs) if outputs else (0, ())
             frame = (RESPONSE, slot, flags, parameters, error, descriptors, self._ring.size,
@@ -235,9 +236,9 @@ class _WorkerSender:
         flags = FLAG_RESPONSE | (FLAG_FINAL if final else 0)
         wanted = request.requested_outputs
         if outputs is None:
-            chosen: dict[str, CoreTensor] = {}
+            chosen: Mapping[str, CoreTensor] = {}
         elif wanted is None:
-            chosen = dict(outputs)
+            chosen = outputs  # only read, and copied into the ring before this returns
         else:  # only what was asked for crosses
             chosen = {name: tensor for name, tensor in outputs.items() if name in wanted}
         coded = None if error is None else (int(error.code), error.message)
@@ -399,11 +400,12 @@ class WorkerRuntime:
         _, exec_id, levels, input_size, records = frame
         self._apply_levels(levels)
         requests: list[InferRequest] = []
+        model_name, arena, outbox = self._model_name, self._inputs, self._outbox
         for (slot, block, request_id, correlation_id, sequence_start, sequence_end,
              timeout_us, parameters, requested, batch_size, inputs) in records:
             request = _WorkerRequest(
-                self._model_name,
-                read_inputs(self._inputs, input_size, inputs),
+                model_name,
+                read_inputs(arena, input_size, inputs),
                 id=request_id,
                 requested_outputs=requested,
                 parameters=parameters,
@@ -412,9 +414,9 @@ class WorkerRuntime:
                 sequence_start=sequence_start,
                 sequence_end=sequence_end,
             )
-            request.watch_flag(self._inputs, block)
+            request.watch_flag(arena, block)
             request.batch_size = batch_size
-            request.sender = _WorkerSender(request, slot, self._outbox)  # type: ignore[assignment]
+            request.sender = _WorkerSender(request, slot, outbox)  # type: ignore[assignment]
             requests.append(request)
         if not self._decoupled:
             self._outbox.hold()
