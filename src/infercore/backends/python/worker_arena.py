@@ -279,7 +279,10 @@ class OutputRing:
         The caller sends the sequence number with the frame that describes the chunk; the
         server stores it in the header once it has copied the chunk out.
         """
-        size = round_up(max(size, ALIGN), ALIGN)
+        if size < ALIGN:
+            size = ALIGN
+        elif size & (ALIGN - 1):  # callers mostly ask for sums of aligned sizes
+            size = round_up(size, ALIGN)
         (consumed,) = _SEQ.unpack_from(self._map.mm, 0)
         chunks = self._chunks
         while chunks and chunks[0][0] <= consumed:

@@ -136,6 +136,7 @@ _CODES: dict[DataType, int] = {dt: code for code, dt in enumerate(_DATATYPES)}
 _BYTES_CODE = _CODES[DataType.BYTES]
 _BF16_CODE = _CODES[DataType.BF16]
 _NUMPY_DTYPES: tuple[np.dtype, ...] = tuple(dt.numpy_dtype for dt in _DATATYPES)
+_GPU = MemoryType.GPU
 
 # (name, datatype code, shape, offset or -1, nbytes or the data itself when inline)
 Descriptor = tuple[str, int, tuple[int, ...], int, Any]
@@ -233,7 +234,7 @@ def _prepare(tensors: Mapping[str, CoreTensor], what: str, start: int
     prepared: list[_Prepared] = []
     size = start
     for name, tensor in tensors.items():
-        if tensor.memory_type is MemoryType.GPU:
+        if tensor.memory_type is _GPU:
             raise UnsupportedError(
                 f"{what} '{name}' is in GPU memory; process-isolated Python instances "
                 "exchange CPU tensors only"
@@ -248,8 +249,9 @@ def _prepare(tensors: Mapping[str, CoreTensor], what: str, start: int
             if not array.flags.c_contiguous:
                 array = np.ascontiguousarray(array)
             nbytes = array.nbytes
-            # The buffer protocol cannot export ml_dtypes' bfloat16: its bits as uint16.
-            data = (array.view(np.uint16) if code == _BF16_CODE else array).data
+            # A C-contiguous array is its own bytes-like data, but the buffer protocol
+            # cannot export ml_dtypes' bfloat16: its bits as uint16.
+            data = array.view(np.uint16) if code == _BF16_CODE else array
         prepared.append((name, code, array.shape, data, nbytes, size))
         size += (nbytes + _ALIGN_LESS_ONE) & -ALIGN  # round_up(nbytes, ALIGN), inlined
     return prepared, size
