@@ -29,7 +29,8 @@ from infercore.backends.python.worker_protocol import (
     stage_leased,
     write_outputs,
 )
-from infercore.errors import UnsupportedError
+from infercore.backends.python.worker_runtime import _Outbox, _WorkerRequest, _WorkerSender
+from infercore.errors import InternalError, UnsupportedError
 from infercore.tensor import DataType, MemoryType
 from infercore.tensor import Tensor as CoreTensor
 
@@ -239,9 +240,6 @@ def test_frame_reader_splits_and_joins_frames():
 
 
 def test_worker_sender_lets_go_of_its_request_at_the_final_response(arena: InputArena, ring):
-    from infercore.backends.python.worker_runtime import _Outbox, _WorkerRequest, _WorkerSender
-    from infercore.errors import InternalError
-
     writer, _ = ring
     data, peer = socket.socketpair()
     events, events_peer = socket.socketpair()
