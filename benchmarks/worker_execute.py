@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 from google.protobuf import text_format
+from isolation import ADD_SUB_CONFIG, ADD_SUB_PY
 from perf_doc import publish
 from tritonclient.grpc import model_config_pb2
 
@@ -56,36 +57,9 @@ MARK_BEGIN = "<!-- worker-execute:begin -->"
 MARK_END = "<!-- worker-execute:end -->"
 RING_SIZE = 1 << 22
 
-CONFIG = """
-name: "add_sub"
-backend: "python"
-max_batch_size: 64
-input [
-  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
-  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
-]
-output [
-  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
-  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
-]
-"""
-
-MODEL_PY = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            in0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            in1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            out0 = pb_utils.Tensor("OUTPUT0", np.add(in0, in1))
-            out1 = pb_utils.Tensor("OUTPUT1", np.subtract(in0, in1))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out0, out1]))
-        return responses
-"""
+# add_sub answering each request separately, as isolation.py's in-process runs use it
+CONFIG = ADD_SUB_CONFIG.format(name="add_sub", extra="")
+MODEL_PY = ADD_SUB_PY
 
 
 class _DiscardingSocket:
