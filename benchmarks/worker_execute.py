@@ -42,7 +42,12 @@ from tritonclient.grpc import model_config_pb2
 
 from infercore.backends.base import InstanceInfo, ModelContext
 from infercore.backends.python.backend import PythonBackend
-from infercore.backends.python.worker_arena import ArenaView, InputArena, OutputRing
+from infercore.backends.python.worker_arena import (
+    ArenaView,
+    InputArena,
+    OutputRing,
+    create_memory_file,
+)
 from infercore.backends.python.worker_protocol import (
     EXECUTE,
     FrameReader,
@@ -86,8 +91,7 @@ class WorkerUnderTest:
         instance = self._model.create_instance(
             InstanceInfo("add_sub_0", "add_sub", 0, "KIND_CPU", 0))
         self._arena = InputArena("bench-in", 1 << 20, 1 << 20)
-        ring_fd = os.memfd_create("bench-out")
-        os.ftruncate(ring_fd, RING_SIZE)
+        ring_fd = create_memory_file("bench-out", RING_SIZE)
         self._ring = OutputRing(os.dup(ring_fd), RING_SIZE, RING_SIZE)
         self._ring_view = ArenaView(ring_fd, RING_SIZE)
         # Set up as WorkerRuntime.run does after INIT, minus the sockets and threads.
