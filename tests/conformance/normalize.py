@@ -1,0 +1,94 @@
+"""The one place that says what in an answer may differ between two correct runs.
+
+Only what is volatile by nature is masked; everything else in an answer (status, error
+text, every field of a body) is compared exactly. Each rule has a name, used in
+docs/conformance.md and in a replay's failure message:
+
+- ``run_values``: the run's ports, temporary directory and run token (in bodies, error
+  texts and log lines) become ``{http_port}``, ``{grpc_port}``, ``{metrics_port}``,
+  ``{tmp}``, ``{run}``, the placeholders the cases are written with.
+- ``durations``: statistics' cumulative durations (``ns`` and ``*_ns`` fields) are
+  timings; a non-zero one becomes ``"<ns>"`` (zero stays zero: "never happened" is not
+  volatile).
+- ``timestamps``: ``last_inference`` (milliseconds since the epoch) becomes ``"<ms>"``
+  when non-zero.
+- ``server_version``: the ``version`` of the server metadata (Triton's release, or
+  infercore's) becomes ``"<version>"``; the same value in a server's start-up table too.
+- ``log_prefix``: a log line's level letter, date, time, thread id and source location
+  (``E1201 21:25:48.949297 6502 server.cc:302] ``) and the quotes Triton puts around the
+  message are dropped, leaving the message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .wire import Endpoint
+
+__all__ = ["RULES", "error_line", "normalize"]
+
+RULES = ("run_values", "durations", "timestamps", "server_version", "log_prefix",
+         "program_name")
+
+_DURATION_KEYS = re.compile(r"(^|_)ns$")
+_PROGRAM = re.compile(r"^(\S*tritonserver|infercore serve|infercore): ")
+_LOG_PREFIX = re.compile(r"^[IWEV]\d{4} \d\d:\d\d:\d\d(\.\d+)? +\d+ [^\]]+\] ?")
+
+
+def normalize(answer: Any, endpoint: Endpoint) -> Any:
+    """``answer`` with every volatile part masked by the rules above."""
+    substitutions = sorted(((real, key) for key, real in endpoint.substitutions().items()),
+                           key=lambda pair: -len(pair[0]))
+    return _walk(answer, substitutions, key=None)
+
+
+def _walk(value: Any, substitutions: list[tuple[str, str]], key: str | None) -> Any:
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            out[k] = _walk(v, substitutions, k)
+        if "extensions" in out and "version" in out and "name" in out:
+            out["version"] = "<version>"  # server_version (HTTP body or gRPC message)
+        return out
+    if isinstance(value, list):
+        return [_walk(v, substitutions, key) for v in value]
+    if key is not None and _DURATION_KEYS.search(key) and _nonzero(value):
+        return "<ns>"  # durations
+    if key == "last_inference" and _nonzero(value):
+        return "<ms>"  # timestamps
+    if isinstance(value, str):
+        for real, placeholder in substitutions:  # run_values
+            if real:
+                value = value.replace(real, placeholder)
+        return value
+    return value
+
+
+def _nonzero(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value != 0
+    if isinstance(value, str):
+        return value.isdigit() and int(value) != 0
+    return False
+
+
+def error_line(output: str) -> str | None:
+    """The line a user reads when a server stops at start-up: tritonserver's
+    ``error: ...`` line or option complaint, else the last line of the output; the log
+    prefix dropped (log_prefix)."""
+    lines = [_message(line) for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("error: ") or "unrecognized option" in line:
+            return line
+    return lines[-1] if lines else None
+
+
+def _message(line: str) -> str:
+    text = _LOG_PREFIX.sub("", line.rstrip())
+    if text.startswith('"') and text.endswith('"') and len(text) > 1:
+        text = text[1:-1]
+    return _PROGRAM.sub("<program>: ", text)
