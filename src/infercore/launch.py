@@ -122,11 +122,7 @@ def options_table(options: Options, extras: ServeExtras | None = None) -> str:
 
 
 def server_extensions(server: Server) -> list[str]:
-    """The engine's protocol extensions plus those the network frontends add."""
-    from .frontends.http_routes import FRONTEND_EXTENSIONS
-
-    extensions = list(server.metadata().get("extensions", ()))
-    return extensions + [e for e in FRONTEND_EXTENSIONS if e not in extensions]
+    return list(server.metadata()["extensions"])
 
 
 # -- signals ---------------------------------------------------------------------------------

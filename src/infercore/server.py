@@ -44,8 +44,13 @@ __all__ = ["Server"]
 
 logger = logging.getLogger(__name__)
 
-# Triton protocol extensions this server implements.
-_EXTENSIONS = ("model_configuration", "parameters", "statistics")
+# The protocol extensions Triton's server metadata lists, in its order (recorded from
+# Triton 2.51: tests/conformance/cases/health.py). cuda_shared_memory is listed on hosts
+# without GPUs too; its calls answer there as Triton's do.
+_EXTENSIONS = ("classification", "sequence", "model_repository",
+               "model_repository(unload_dependents)", "schedule_policy",
+               "model_configuration", "system_shared_memory", "cuda_shared_memory",
+               "binary_tensor_data", "parameters", "statistics", "trace", "logging")
 
 
 class Server(StartStop):

@@ -46,11 +46,14 @@ class ServerKind:
     name: str
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    # a line of the server's log that says its first model load is over (None: serving
+    # at all says so)
+    loaded_marker: str | None = None
 
 
 def infercore_kind() -> ServerKind:
     return ServerKind("infercore", (sys.executable, "-m", "infercore", "serve"),
-                      {"PYTHONUNBUFFERED": "1"})
+                      {"PYTHONUNBUFFERED": "1"}, loaded_marker="infercore is serving")
 
 
 def triton_paths(bench: Path) -> ServerKind:
@@ -159,8 +162,11 @@ def _listening(port: int) -> bool:
 
 
 def _wait_started(server: RunningServer) -> None:
-    """Until the server serves (live, and ready unless the suite says not to wait), or
-    exits; a start-up suite also stops waiting once it serves."""
+    """Until the server serves (live, and ready; or, for a suite that does not wait for
+    readiness, until no model is loading), or exits; a start-up suite also stops waiting
+    once it serves. Triton opens its endpoints only once the first load is over;
+    infercore opens them at once and says in its log when the first load is over
+    (``loaded_marker``): the cases start after that on either server."""
     deadline = time.monotonic() + START_TIMEOUT_S
     port = server.endpoint.http_port
     while time.monotonic() < deadline:
@@ -184,7 +190,14 @@ def _serving(server: RunningServer, port: int) -> bool:
     if suite.ports and "--allow-http=false" not in suite.flags:
         if _http_status(port, "GET", "/v2/health/live") != 200:
             return False
+        if not _loaded(server):
+            return False
         return not suite.wait_ready or _http_status(port, "GET", "/v2/health/ready") == 200
     # no HTTP of ours to ask: the gRPC port (or, for suites with their own ports,
     # whatever the flags named) accepting connections is as far as this can see
-    return _listening(server.endpoint.grpc_port) or _listening(port)
+    return _loaded(server) and (_listening(server.endpoint.grpc_port) or _listening(port))
+
+
+def _loaded(server: RunningServer) -> bool:
+    marker = server.kind.loaded_marker
+    return marker is None or marker in server.output()

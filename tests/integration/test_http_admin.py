@@ -43,7 +43,6 @@ def test_server_is_live_and_ready_and_lists_its_extensions(client):
     for name in ("binary_tensor_data", "classification", "model_repository",
                  "system_shared_memory", "statistics", "logging", "trace", "parameters"):
         assert name in extensions
-    assert "cuda_shared_memory" not in extensions
 
 
 def test_model_metadata_config_and_readiness(client):

@@ -19,6 +19,7 @@ Error texts follow Triton's, since clients match on them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -75,21 +76,28 @@ class DecodedRequest:
     empty_final_response: bool  # triton_enable_empty_final_response (streams only)
 
 
+_STOL = re.compile(r"\s*([+-]?[0-9]+)")
+_INT64_MAX = (1 << 63) - 1
+
+
 def parse_version(text: str) -> int:
-    """A model version string as Triton reads it: "" is -1 (the latest ready version)."""
+    """A model version string as Triton reads it: "" is -1 (the latest ready version).
+
+    Triton parses it with ``std::stol``: leading blanks and trailing text are ignored
+    ("1abc" is 1, "0x1" is 0), and only a missing number or one past int64 is an error.
+    """
     if not text:
         return -1
-    try:
-        version = int(text)
-    except ValueError:
+    match = _STOL.match(text)
+    version = int(match.group(1)) if match else None
+    if version is None or not -_INT64_MAX - 1 <= version <= _INT64_MAX:
         raise InvalidArgumentError(
-            f"failed to get model version from specified version string '{text}', version "
-            "should be an integral value > 0"
-        ) from None
+            f"failed to get model version from specified version string '{text}' "
+            "(details: stol), version should be an integral value > 0")
     if version < 0:
         raise InvalidArgumentError(
-            f"invalid model version specified '{text}', version should be an integral value > 0"
-        )
+            f"invalid model version specified '{text}' , version should be an integral "
+            "value > 0")
     return version
 
 

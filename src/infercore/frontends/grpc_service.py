@@ -29,16 +29,11 @@ from .grpc_codec import parse_version
 from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
 
-__all__ = ["FRONTEND_EXTENSIONS", "HEALTH_SERVICE", "SERVICE", "CommonService",
+__all__ = ["HEALTH_SERVICE", "SERVICE", "CommonService",
            "health_handlers"]
 
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-
-# Protocol extensions the network frontends add to the engine's own list.
-FRONTEND_EXTENSIONS = ("classification", "sequence", "model_repository",
-                       "model_repository(unload_dependents)", "schedule_policy",
-                       "system_shared_memory", "binary_tensor_data", "trace", "logging")
 
 _LOG_TYPES = {"log_file": "string_param", "log_info": "bool_param",
               "log_warning": "bool_param", "log_error": "bool_param",
@@ -151,10 +146,8 @@ class CommonService:
     @_rpc
     def server_metadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
         metadata = self._server.metadata()
-        extensions = list(metadata.get("extensions", ()))
-        extensions += [name for name in FRONTEND_EXTENSIONS if name not in extensions]
         return pb.ServerMetadataResponse(name=metadata["name"], version=metadata["version"],
-                                         extensions=extensions)
+                                         extensions=metadata["extensions"])
 
     @_rpc
     def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:

@@ -125,15 +125,20 @@ def json_response(value: object, status: int = 200) -> HttpResponse:
     return HttpResponse(status, (orjson.dumps(value),))
 
 
-def error_response(error: TritonError | str, status: int | None = None) -> HttpResponse:
-    """Triton's error body ``{"error": "<message>"}`` with the status of the error's code."""
+def error_response(error: TritonError | str, status: int | None = None, *,
+                   content_type: bytes = b"application/json") -> HttpResponse:
+    """Triton's error body ``{"error": "<message>"}`` with the status of the error's code.
+
+    Triton's handlers that answer JSON declare it before they fail; the others (health,
+    readiness, unknown routes) answer their errors as ``text/plain``, its default.
+    """
     if isinstance(error, TritonError):
         message = error.message
         code = http_status(error) if status is None else status
     else:
         message = error
         code = 400 if status is None else status
-    return HttpResponse(code, (orjson.dumps({"error": message}),))
+    return HttpResponse(code, (orjson.dumps({"error": message}),), content_type)
 
 
 # -- compression ---------------------------------------------------------------------------

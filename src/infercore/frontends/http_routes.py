@@ -40,11 +40,6 @@ logger = logging.getLogger(__name__)
 
 Result = HttpResponse | Coroutine[Any, Any, HttpResponse]
 
-# Protocol extensions the HTTP frontend adds to the engine's own.
-FRONTEND_EXTENSIONS = ("classification", "sequence", "model_repository",
-                       "model_repository(unload_dependents)", "schedule_policy",
-                       "system_shared_memory", "binary_tensor_data", "trace", "logging")
-
 _MODEL = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
                     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?")
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:index|models/([^/]+)/(load|unload))")
@@ -54,11 +49,15 @@ _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 _LOG_KEYS = {"log_info": bool, "log_warning": bool, "log_error": bool,
              "log_verbose_level": int, "log_format": str}
 
-_OK_EMPTY = HttpResponse(200, (), b"text/plain")
-_NOT_READY = HttpResponse(400, (), b"text/plain")
-_MODEL_NOT_READY = error_response("Model version not ready", 400)
-_NOT_FOUND = error_response("Not Found", 404)
+# Content types as Triton's answers carry them (tests/conformance/cases/health.py): the
+# health and readiness routes and unknown paths answer text/plain, errors included.
+_TEXT = b"text/plain"
+_OK_EMPTY = HttpResponse(200, (), _TEXT)
+_NOT_READY = HttpResponse(400, (), _TEXT)
+_MODEL_NOT_READY = error_response("Model version not ready", 400, content_type=_TEXT)
+_NOT_FOUND = error_response("Not Found", 404, content_type=_TEXT)
 _NOT_ALLOWED = error_response("Method Not Allowed", 405)
+_NOT_ALLOWED_TEXT = error_response("Method Not Allowed", 405, content_type=_TEXT)
 
 
 class HttpRouter:
@@ -109,7 +108,7 @@ class HttpRouter:
                     return _NOT_FOUND  # trace settings are per model, not per version
                 return self._trace(request, name)
             if method != "GET":
-                return _NOT_ALLOWED
+                return _NOT_ALLOWED_TEXT if kind == "ready" else _NOT_ALLOWED
             if kind == "ready":
                 return _OK_EMPTY if self._server.model(name, version).ready() else _MODEL_NOT_READY
             if kind == "config":
@@ -137,20 +136,16 @@ class HttpRouter:
     def _server_metadata(self, request: HttpRequest) -> HttpResponse:
         if request.method != "GET":
             return _NOT_ALLOWED
-        metadata = dict(self._server.metadata())
-        extensions = list(metadata.get("extensions", []))
-        extensions += [e for e in FRONTEND_EXTENSIONS if e not in extensions]
-        metadata["extensions"] = extensions
-        return json_response(metadata)
+        return json_response(self._server.metadata())
 
     def _live(self, request: HttpRequest) -> HttpResponse:
         if request.method != "GET":
-            return _NOT_ALLOWED
+            return _NOT_ALLOWED_TEXT
         return _OK_EMPTY if self._server.live() else _NOT_READY
 
     def _ready(self, request: HttpRequest) -> HttpResponse:
         if request.method != "GET":
-            return _NOT_ALLOWED
+            return _NOT_ALLOWED_TEXT
         return _OK_EMPTY if self._server.ready() else _NOT_READY
 
     def _all_statistics(self, request: HttpRequest) -> HttpResponse:
