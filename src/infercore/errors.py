@@ -47,6 +47,13 @@ class ErrorCode(enum.IntEnum):
     CANCELLED = 7
 
 
+# TRITONSERVER_ErrorCodeString: how Triton names a code in "<code> - <message>" texts.
+_CODE_NAMES = {ErrorCode.UNKNOWN: "Unknown", ErrorCode.INTERNAL: "Internal",
+               ErrorCode.NOT_FOUND: "Not found", ErrorCode.INVALID_ARG: "Invalid argument",
+               ErrorCode.UNAVAILABLE: "Unavailable", ErrorCode.UNSUPPORTED: "Unsupported",
+               ErrorCode.ALREADY_EXISTS: "Already exists", ErrorCode.CANCELLED: "Cancelled"}
+
+
 class TritonError(Exception):
     """Base of every error infercore raises on purpose."""
 
@@ -55,6 +62,11 @@ class TritonError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    @property
+    def code_name(self) -> str:
+        """The code as Triton writes it in messages ("Internal", "Invalid argument")."""
+        return _CODE_NAMES[self.code]
 
 
 class UnknownError(TritonError):

@@ -126,7 +126,10 @@ class Model:
     def metadata(self) -> dict[str, Any]:
         """Triton's model metadata: name, versions, platform, inputs and outputs."""
         loaded = self._server._resolve(self.name, self.version)
-        return loaded.metadata(self._server._manager.ready_versions(self.name))
+        # Triton lists every ready version, or only the one asked for.
+        versions = ([loaded.version] if self.version >= 0
+                    else self._server._manager.ready_versions(self.name))
+        return loaded.metadata(versions)
 
     def config(self) -> dict[str, Any]:
         """The model configuration as Triton renders it in JSON."""

@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -182,7 +183,9 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
             server.start()
         except TritonError as exc:
             logger.info("\n%s", model_table(server.repository_index()))
-            logger.error("%s", exc.message)
+            # tritonserver's last words when the server cannot be created
+            print(f"error: creating server: {exc.code_name} - {exc.message}", file=sys.stderr,
+                  flush=True)
             _stop_frontends(network + late, time.monotonic() + float(options.exit_timeout))
             return 1
         table_extras = extras or ServeExtras()

@@ -214,6 +214,8 @@ class LoadedModel:
         if self._describe is None or self.context.infer is None:
             raise InvalidArgumentError(f"ensemble {self.name} needs a server to run in")
         steps = validate_ensemble(self.config, self._describe)
+        # As Triton: an ensemble is decoupled when a step is, and its config says so.
+        self.config.model_transaction_policy.decoupled = any(s.decoupled for s in steps)
         if self._cache is not None:
             obstacle = self._ensemble_cache_obstacle(steps)
             if obstacle:
@@ -505,7 +507,7 @@ class LoadedModel:
 
     # -- descriptions ------------------------------------------------------------------
     def metadata(self, versions: list[int]) -> dict[str, Any]:
-        """Triton's model metadata JSON (KServe v2)."""
+        """Triton's model metadata JSON (KServe v2); ``versions``: those it lists."""
         batching = self.config.max_batch_size > 0
         return {
             "name": self.name,

@@ -11,6 +11,7 @@ import pytest
 from sample_models import gated_identity_model, install_gate
 
 from infercore import (
+    InternalError,
     InvalidArgumentError,
     LogFormat,
     ModelControlMode,
@@ -191,7 +192,7 @@ def test_the_installation_and_the_file_system_are_checked_later(tmp_path):
     with pytest.raises(InvalidArgumentError, match="unsupported cache implementation 'redis'"):
         Server(options)
     server = Server(Options(model_repository=tmp_path / "missing"))
-    with pytest.raises(InvalidArgumentError, match="failed to stat file"):
+    with pytest.raises(InternalError, match="failed to stat file"):
         server.start()
     (tmp_path / "models").mkdir()
     server = Server(model_repository=tmp_path / "models", model_control_mode="explicit",

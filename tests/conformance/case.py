@@ -22,7 +22,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +104,7 @@ class Shm:
     target: str = ""
 
 
-Step = Union[Http, Grpc, GrpcStream, Shm]
+Step = Http | Grpc | GrpcStream | Shm
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ def compare(expected: Sequence[Any], actual: Sequence[Any], partial: bool) -> li
     problems: list[str] = []
     if len(expected) != len(actual):
         problems.append(f"{len(actual)} answers, expected {len(expected)}")
-    for index, (want, got) in enumerate(zip(expected, actual)):
+    for index, (want, got) in enumerate(zip(expected, actual, strict=False)):
         if want is None:  # an expect entry of None: this step is not compared
             continue
         _diff(want, got, f"step {index}", partial, problems)
@@ -108,7 +108,7 @@ def _diff(want: Any, got: Any, where: str, partial: bool, problems: list[str]) -
                 _diff(want[key], got[key], f"{where}.{key}", partial, problems)
         return
     if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
-        for index, (w, g) in enumerate(zip(want, got)):
+        for index, (w, g) in enumerate(zip(want, got, strict=True)):
             _diff(w, g, f"{where}[{index}]", partial, problems)
         return
     if want != got:

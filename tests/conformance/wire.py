@@ -216,7 +216,8 @@ def _grpc_stream(endpoint: Endpoint, step: GrpcStream) -> dict[str, Any]:
         request_serializer=request_cls.SerializeToString,
         response_deserializer=response_cls.FromString)
     raws = list(step.raw) + [()] * (len(step.requests) - len(step.raw))
-    requests = [_message(endpoint, request_cls, r, raw) for r, raw in zip(step.requests, raws)]
+    requests = [_message(endpoint, request_cls, r, raw)
+                for r, raw in zip(step.requests, raws, strict=True)]
     messages: list[dict[str, Any]] = []
     try:
         for response in call(iter(requests), timeout=STEP_TIMEOUT_S,

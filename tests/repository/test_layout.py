@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from infercore.errors import InvalidArgumentError
+from infercore.errors import InternalError, InvalidArgumentError
 from infercore.repository import (
     DUPLICATE_MODEL_REASON,
     ModelSource,
@@ -118,7 +118,7 @@ def test_scan_counts_the_same_repository_listed_twice_once(tmp_path: Path) -> No
 
 def test_scan_rejects_a_missing_repository(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
-    with pytest.raises(InvalidArgumentError, match=f"failed to stat file {missing}"):
+    with pytest.raises(InternalError, match=f"failed to stat file {missing}"):
         scan_repositories([missing])
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from control_models import add_echo, echo_config, echo_py, ensemble_config, shared_state
 
-from infercore import Server, UnavailableError
+from infercore import NotFoundError, Server
 
 X = {"X": np.array([7], np.int32)}
 
@@ -41,7 +41,7 @@ def test_poll_loads_added_models_and_unloads_removed_ones(repo, state):
         shutil.rmtree(repo.path / "kept")
         server.poll_model_repository()
         assert _ready(server) == {"added"} and _answer(server, "added") == (2, 1)
-        with pytest.raises(UnavailableError):
+        with pytest.raises(NotFoundError):
             server.model("kept").infer(inputs=X)
         assert "kept" not in {e.name for e in server.repository_index()}
         assert ("finalize", "kept", 1, 1) in state.events

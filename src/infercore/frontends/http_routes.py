@@ -20,7 +20,6 @@ import re
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
-from urllib.parse import unquote
 
 import orjson
 
@@ -84,9 +83,7 @@ class HttpRouter:
             return error_response(as_triton_error(exc))
 
     def _route(self, request: HttpRequest) -> Result:
-        path = request.path
-        if "%" in path:
-            path = unquote(path)
+        path = request.path  # as Triton: not percent-decoded ('..%2Fm' names no model)
         method = request.method
         if path.startswith("/v2/models/") and path != "/v2/models/stats":
             match = _MODEL.fullmatch(path)

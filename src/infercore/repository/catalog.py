@@ -21,11 +21,10 @@ from contextvars import ContextVar
 from threading import Lock
 from typing import Any
 
-from ..errors import InvalidArgumentError, NotFoundError, TritonError, UnavailableError
+from ..errors import InvalidArgumentError, NotFoundError, TritonError
 from ..model import LoadedModel
 from ..request import InferRequest
 from ..response import ResponseStream
-from .layout import check_model_name
 
 __all__ = ["ModelCatalog", "ModelKey", "scoped_infer"]
 
@@ -71,9 +70,9 @@ class ModelCatalog:
         """The ready model version (``-1``: the highest ready version).
 
         Raises:
-            NotFoundError / UnavailableError: no such model or version is ready.
-            InvalidArgumentError: the name is not a valid model name, or (with model
-                namespacing) it names models of several repositories.
+            NotFoundError: no such model or version is ready (any name: none is checked).
+            InvalidArgumentError: with model namespacing, the name names models of
+                several repositories.
         """
         versions = self._live.get(name)
         if self._namespacing:
@@ -97,15 +96,15 @@ class ModelCatalog:
         return versions
 
     def _lookup_error(self, name: str) -> TritonError:
-        check_model_name(name)  # raises for names no model can have
+        # Triton checks no name on lookup: '../x' or '' is simply not found
         repositories = sorted(namespace for namespace, model in self._models if model == name)
         if len(repositories) > 1:
             return InvalidArgumentError(
                 f"There are {len(repositories)} identifiers of model '{name}' in global map, "
                 "model namespace must be provided to resolve ambiguity. It is in the "
                 f"repositories {', '.join(repositories)}")
-        if name in self._known:
-            return UnavailableError(
+        if name in self._known:  # NOT_FOUND too, as Triton (tests/conformance metadata)
+            return NotFoundError(
                 f"Request for unknown model: '{name}' has no available versions")
         return NotFoundError(f"Request for unknown model: '{name}' is not found")
 

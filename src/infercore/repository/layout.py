@@ -21,7 +21,7 @@ from pathlib import Path, PurePath
 
 from tritonclient.grpc import model_config_pb2
 
-from infercore.errors import InvalidArgumentError
+from infercore.errors import InternalError, InvalidArgumentError
 
 __all__ = [
     "DUPLICATE_MODEL_REASON",
@@ -120,7 +120,7 @@ def find_models(repositories: Sequence[Path | str]) -> dict[str, list[ModelSourc
         try:
             is_dir = stat.S_ISDIR(root.stat().st_mode)
         except OSError as exc:
-            raise InvalidArgumentError(f"failed to stat file {root}") from exc
+            raise InternalError(f"failed to stat file {root}") from exc
         if not is_dir:
             raise InvalidArgumentError(f"repository path is not a valid directory: {root}")
         real = root.resolve()

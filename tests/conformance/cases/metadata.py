@@ -48,6 +48,24 @@ ensemble_scheduling {
 }
 ''', {"1/.keep": ""})
 
+_ENSEMBLE_DECOUPLED = Model("ensemble_repeat", '''
+name: "ensemble_repeat"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "repeat_int32"
+      model_version: -1
+      input_map { key: "IN" value: "X" }
+      output_map { key: "OUT" value: "Y" }
+    }
+  ]
+}
+''', {"1/.keep": ""})
+
 _MODELS = [
     add_sub(),
     add_sub("simple_versions", versions=(1, 2, 3),
@@ -57,15 +75,42 @@ _MODELS = [
     identity("identity_bool", datatype="TYPE_BOOL", dims="[ 1 ]", max_batch_size=2),
     decoupled_repeat(),
     _ENSEMBLE,
+    _ENSEMBLE_DECOUPLED,
     _BROKEN,
 ]
 
+# Current Triton's ModelConfig has ModelEnsembling.max_inflight_requests (common's
+# protobuf/model_config.proto, the model_config_pb2 tritonclient 2.73 ships); 2.51's has
+# not, so 2.51's JSON config of an ensemble lacks the field that current Triton prints.
+_ENSEMBLE_NEWER = ("ModelEnsembling.max_inflight_requests, in current Triton's "
+                   "model_config.proto (triton-inference-server/common), is printed with "
+                   "its default 0 in the JSON config of an ensemble")
+_ENSEMBLE_EXPECT = {
+    "ensemble_simple": [{"status": 200, "body": {
+        "ensemble_scheduling": {"max_inflight_requests": 0},
+        "model_transaction_policy": {"decoupled": False}, "instance_group": [],
+        "platform": "ensemble"}}],
+    "ensemble_repeat": [{"status": 200, "body": {
+        "ensemble_scheduling": {"max_inflight_requests": 0},
+        "model_transaction_policy": {"decoupled": True}, "instance_group": [],
+        "platform": "ensemble"}}],
+}
+
+
+def _config_case(model: str) -> Case:
+    steps = [Http("GET", f"/v2/models/{model}/config")]
+    if model in _ENSEMBLE_EXPECT:
+        return Case(f"http_config_{model}", steps, newer=_ENSEMBLE_NEWER,
+                    expect=_ENSEMBLE_EXPECT[model])
+    return Case(f"http_config_{model}", steps)
+
+
 _CASES: list[Case] = []
 for _model in ("simple", "identity_bytes", "identity_fp16", "identity_bool", "repeat_int32",
-               "ensemble_simple", "simple_versions"):
+               "ensemble_simple", "ensemble_repeat", "simple_versions"):
     _CASES += [
         Case(f"http_metadata_{_model}", [Http("GET", f"/v2/models/{_model}")]),
-        Case(f"http_config_{_model}", [Http("GET", f"/v2/models/{_model}/config")]),
+        _config_case(_model),
         Case(f"grpc_metadata_{_model}", [Grpc("ModelMetadata", {"name": _model})]),
         Case(f"grpc_config_{_model}", [Grpc("ModelConfig", {"name": _model})]),
     ]
@@ -79,7 +124,8 @@ _CASES += [
     Case("http_metadata_version_zero", [Http("GET", "/v2/models/simple/versions/0")]),
     Case("http_metadata_version_negative", [Http("GET", "/v2/models/simple/versions/-1")]),
     Case("http_metadata_version_text", [Http("GET", "/v2/models/simple/versions/one")]),
-    Case("http_metadata_unknown", [Http("GET", "/v2/models/nope"), Http("GET", "/v2/models/simple")]),
+    Case("http_metadata_unknown",
+         [Http("GET", "/v2/models/nope"), Http("GET", "/v2/models/simple")]),
     Case("http_metadata_broken", [Http("GET", "/v2/models/broken")]),
     Case("http_metadata_post", [Http("POST", "/v2/models/simple")]),
     Case("http_metadata_trailing_slash", [Http("GET", "/v2/models/simple/")]),
@@ -112,11 +158,19 @@ _CASES += [
          [Grpc("ModelConfig", {"name": "simple_versions", "version": "2"})]),
     Case("grpc_config_unknown", [Grpc("ModelConfig", {"name": "nope"})]),
     Case("grpc_config_empty_name", [Grpc("ModelConfig", {})]),
+    Case("grpc_metadata_traversal_name", [Grpc("ModelMetadata", {"name": "../simple"})]),
+    Case("grpc_config_slash_name", [Grpc("ModelConfig", {"name": "a/b"})]),
+    Case("grpc_ready_traversal_name", [Grpc("ModelReady", {"name": ".."})]),
+    Case("http_metadata_encoded_traversal", [Http("GET", "/v2/models/..%2Fsimple")]),
     Case("grpc_config_broken", [Grpc("ModelConfig", {"name": "broken"})]),
     Case("grpc_model_ready_broken", [Grpc("ModelReady", {"name": "broken"})]),
     Case("grpc_model_ready_empty_name", [Grpc("ModelReady", {})]),
     Case("grpc_ready_with_broken_model", [Grpc("ServerReady")]),
 ]
+
+_INFER_SIMPLE = {"inputs": [
+    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}
 
 SUITES = [
     Suite("metadata", "metadata", models=_MODELS, cases=_CASES,
@@ -128,5 +182,23 @@ SUITES = [
               Case("grpc_ready_not_strict", [Grpc("ServerReady")]),
               Case("http_model_ready_broken_not_strict",
                    [Http("GET", "/v2/models/broken/ready")]),
+          ]),
+    Suite("metadata_after_unload", "metadata", models=[add_sub()],
+          flags=["--model-control-mode=explicit", "--load-model=simple"], cases=[
+              Case("unload_then_ask", [
+                  Http("POST", "/v2/repository/models/simple/unload"),
+                  Http("GET", "/v2/models/simple"),
+                  Http("GET", "/v2/models/simple/config"),
+                  Http("GET", "/v2/models/simple/ready"),
+                  Http("POST", "/v2/models/simple/infer", json=_INFER_SIMPLE),
+                  Grpc("ModelMetadata", {"name": "simple"}),
+                  Grpc("ModelInfer", {"model_name": "simple", "inputs": [
+                      {"name": "INPUT0", "datatype": "INT32", "shape": ["1", "16"],
+                       "contents": {"int_contents": list(range(16))}},
+                      {"name": "INPUT1", "datatype": "INT32", "shape": ["1", "16"],
+                       "contents": {"int_contents": [1] * 16}}]}),
+                  Http("POST", "/v2/repository/models/simple/load"),
+                  Http("GET", "/v2/models/simple/ready"),
+              ]),
           ]),
 ]
