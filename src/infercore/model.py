@@ -296,9 +296,13 @@ class LoadedModel:
                     logger.error("thread %s of model %s did not stop in time", thread.name,
                                  self.name)
             scheduler.drain()
+            scheduler.attach(())  # lends its instances to callers no more
         # An execute still running past the deadline (a model that ignores cancellation)
         # gets the same second of grace as its thread, not finalize's own default.
         self._finalize_all(max(0.0, deadline - time.monotonic()) + 1.0)
+        # Nothing of the backend stays reachable from an unloaded model (its threads and
+        # its scheduler held the instances), so its memory can go back to the system.
+        self._threads = []
 
     def _finalize_all(self, timeout: float = 30.0) -> None:
         for instance in self._instances:

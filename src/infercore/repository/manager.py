@@ -44,6 +44,7 @@ from threading import Lock, RLock
 from tritonclient.grpc import model_config_pb2
 
 from ..errors import InternalError, InvalidArgumentError, NotFoundError, TritonError
+from ..memory import release_memory
 from ..model import LoadedModel, ModelEnvironment
 from ..request import InferRequest
 from ..response import ResponseStream
@@ -610,6 +611,10 @@ class RepositoryManager:
                 self.states.set(name, version, ModelState.UNAVAILABLE, reason,
                                 namespace=namespace)
                 logger.info("successfully unloaded '%s' version %d", name, version)
+        if any(version not in still_serving for version in models):
+            # what the unloaded versions reached (a Python model's module and globals)
+            # goes back to the system now, as it does when Triton's stub process exits
+            release_memory()
 
     def unload_all(self, timeout: float = 30.0) -> None:
         """Unload every model; in-flight requests get until ``timeout`` seconds in total."""
