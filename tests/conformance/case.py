@@ -126,13 +126,17 @@ class Suite:
     """One server run. ``startup=True``: the server is expected to stop by itself (a bad
     command line, a repository that fails with --exit-on-error); its answer is the exit
     status and the error line, and ``cases`` must be empty. ``ports=False``: the suite's
-    flags set the ports and addresses themselves (``{http_port}`` ... placeholders)."""
+    flags set the ports and addresses themselves (``{http_port}`` ... placeholders).
+    ``infercore_flags`` go to infercore alone, after ``flags``: flags current Triton has
+    and Triton 2.51 refuses as unknown (``--allow-client-shm=true`` for the suites that use
+    shared memory), so both servers are asked for the same behaviour."""
 
     name: str
     area: str
     models: Sequence[Model] = ()
     flags: Sequence[str] = ()
     cases: Sequence[Case] = ()
+    infercore_flags: Sequence[str] = ()
     startup: bool = False
     ports: bool = True
     wait_ready: bool = True

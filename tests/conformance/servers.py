@@ -3,8 +3,9 @@
 Both get the same repository (written from the suite's models into a fresh temporary
 directory), the same flags, and ports drawn afresh; Triton is started from the shared
 bench's installation (``../shared/bench``: ``setup.sh`` then ``env.sh``'s layout) with its
-backends directory, the only flag infercore does not get. A server's output goes to a log
-file in its temporary directory, read for start-up cases.
+backends directory, the only flag infercore does not get (infercore alone gets the
+suite's ``infercore_flags``). A server's output goes to a log file in its temporary
+directory, read for start-up cases.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ def start_server(suite: Suite, kind: ServerKind) -> RunningServer:
                  "--grpc-address=127.0.0.1", f"--grpc-port={endpoint.grpc_port}",
                  "--metrics-address=127.0.0.1", f"--metrics-port={endpoint.metrics_port}"]
     argv += [endpoint.fill(flag) for flag in suite.flags]
+    if kind.name == "infercore":
+        argv += [endpoint.fill(flag) for flag in suite.infercore_flags]
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
