@@ -26,6 +26,7 @@ from ._version import __version__
 from .backends.base import load_backend_directory, parse_backend_config
 from .errors import InvalidArgumentError, TritonError
 from .frontends import metrics as metrics_frontend
+from .frontends import shm
 from .launch import ServeExtras
 from .launch import serve as _serve
 from .logs import LOG_FORMATS
@@ -266,6 +267,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
 
     for module in _frontend_modules():
         module.add_arguments(serve)
+    shm.add_arguments(serve)  # one flag for the HTTP and gRPC frontends
 
     group = serve.add_argument_group("Tracing")
     group.add_argument("--trace-config", action="append", default=[],

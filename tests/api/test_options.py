@@ -77,7 +77,7 @@ FLAG_FIELDS = {
     "model_load_gpu_limit": "model_load_device_limits",
 }
 # Flags of the network frontends: Server.serve_http / serve_grpc / serve_metrics take them.
-FRONTEND_GROUPS = {"HTTP", "GRPC"}
+FRONTEND_GROUPS = {"HTTP", "GRPC", "Shared Memory"}
 FRONTEND_FLAGS = {"metrics_address", "metrics_port", "help"}
 
 

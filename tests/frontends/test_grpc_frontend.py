@@ -14,6 +14,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from infercore import InvalidArgumentError, Server
 from infercore.frontends import grpc as grpc_frontend
+from infercore.frontends import shm
 from infercore.frontends.grpc import TRANSPORTS, GrpcFrontend, GrpcOptions
 from infercore.frontends.shm import registry_for
 
@@ -21,6 +22,7 @@ from infercore.frontends.shm import registry_for
 def parse(*flags: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     grpc_frontend.add_arguments(parser)
+    shm.add_arguments(parser)
     return parser.parse_args(list(flags))
 
 
@@ -159,7 +161,8 @@ def test_http_and_grpc_share_the_servers_shared_memory_registry(server):
     os.ftruncate(fd, 16)
     os.close(fd)
     registry_for(server).register("shared", key, 0, 16)  # as the HTTP frontend would
-    frontend = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=0))
+    frontend = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=0,
+                                                allow_client_shm=True))
     frontend.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{frontend.port}") as channel:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import os
 import struct
 import uuid
@@ -224,7 +225,7 @@ def test_raw_request_needs_a_single_input_model():
 def region_key():
     key = f"infercore_codec_{uuid.uuid4().hex[:8]}"
     with open(f"/dev/shm/{key}", "wb") as f:
-        f.write(b"\0" * 64)
+        f.write(b"\0" * (mmap.PAGESIZE + 64))  # a region may start a page in
     yield key
     os.unlink(f"/dev/shm/{key}")
 
@@ -386,7 +387,7 @@ def test_classification_replaces_the_output():
 
 def test_shared_memory_outputs_are_written_into_the_region(region_key):
     registry = SystemSharedMemory()
-    registry.register("r", "/" + region_key, 8, 32)
+    registry.register("r", "/" + region_key, mmap.PAGESIZE, 32)
     plan = OutputPlan("Y", shm=registry.region("r"), shm_offset=4, shm_byte_size=16)
     array = np.array([5, 6, 7, 8], np.int32)
 
@@ -396,7 +397,8 @@ def test_shared_memory_outputs_are_written_into_the_region(region_key):
     assert orjson.loads(encoded.header)["outputs"][0] == {"name": "Y", "datatype": "INT32",
                                                          "shape": [4]}
     with open(f"/dev/shm/{region_key}", "rb") as f:
-        assert np.frombuffer(f.read()[12:28], np.int32).tolist() == [5, 6, 7, 8]
+        f.seek(mmap.PAGESIZE + 4)
+        assert np.frombuffer(f.read(16), np.int32).tolist() == [5, 6, 7, 8]
 
 
 # -- messages and compression ---------------------------------------------------------------

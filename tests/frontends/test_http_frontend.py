@@ -14,6 +14,7 @@ from sample_models import install_gate
 
 from infercore import Server
 from infercore.frontends import http as http_frontend
+from infercore.frontends import shm
 from infercore.frontends.http import HttpFrontend, HttpOptions
 
 # The gate model blocks in execute() until the test opens the gate, so a test can hold
@@ -65,6 +66,7 @@ def server(repo, gate):
 def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     http_frontend.add_arguments(parser)
+    shm.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 
@@ -263,7 +265,8 @@ def test_regions_registered_over_http_are_the_servers_registry(server):
     os.ftruncate(fd, 16)
     os.close(fd)
     try:
-        with HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0)) as frontend:
+        with HttpFrontend(server, HttpOptions(address="127.0.0.1", port=0,
+                                              allow_client_shm=True)) as frontend:
             conn = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=5)
             conn.request("POST", "/v2/systemsharedmemory/region/shared/register",
                          json.dumps({"key": key, "offset": 0, "byte_size": 16}))

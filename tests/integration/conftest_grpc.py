@@ -158,4 +158,4 @@ def grpc_serve(tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def grpc_server(grpc_serve: Callable[..., GrpcServeProcess]) -> GrpcServeProcess:
-    return grpc_serve()
+    return grpc_serve("--allow-client-shm=true")  # the shared-memory tests use regions

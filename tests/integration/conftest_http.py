@@ -164,7 +164,8 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServeP
     server = HttpServeProcess(build_repository(root / "models"), root / "server.log",
                               "--model-control-mode", "explicit", "--load-model", "*",
                               "--http-max-input-size", str(4 * 1024 * 1024),
-                              "--http-header-forward-pattern", "^x-fwd-")
+                              "--http-header-forward-pattern", "^x-fwd-",
+                              "--allow-client-shm=true")  # the shared-memory tests
     try:
         server.wait_ready()
         yield server

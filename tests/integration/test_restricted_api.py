@@ -44,7 +44,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
         "--http-restricted-api=model-repository,logging:admin-key=admin-value",
         "--http-restricted-api", "inference:infer-key=infer-value",
         "--grpc-restricted-protocol=model-repository,trace:admin-key=admin-value",
-        "--grpc-restricted-protocol=inference:infer-key=infer-value")
+        "--grpc-restricted-protocol=inference:infer-key=infer-value",
+        "--allow-client-shm=true")  # shared memory is served, and not restricted
     try:
         process.wait_ready()
         yield process

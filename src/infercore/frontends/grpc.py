@@ -48,7 +48,7 @@ from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handler
 from .grpc_stream import StreamSession
 from .loop_thread import LoopThreadFrontend
 from .restricted import GrpcRestrictionAction, RestrictedFeatures, guard_grpc
-from .shm import SystemSharedMemory, registry_for
+from .shm import SystemSharedMemory, for_clients
 
 __all__ = ["GrpcFrontend", "GrpcOptions", "add_arguments", "from_args"]
 
@@ -95,6 +95,8 @@ class GrpcOptions:
     transport: str = "core"  # one of TRANSPORTS (see the module doc)
     # --grpc-restricted-protocol: methods that answer only calls carrying a metadata key
     restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
+    # --allow-client-shm: clients may use shared-memory regions (shm.py)
+    allow_client_shm: bool = False
 
     def channel_args(self) -> list[tuple[str, Any]]:
         """The gRPC core server arguments these options stand for."""
@@ -226,6 +228,7 @@ def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         restricted=args.grpc_restricted_protocol,
         transport=args.grpc_transport,
+        allow_client_shm=args.allow_client_shm,
     ))
 
 
@@ -253,7 +256,7 @@ class GrpcFrontend(LoopThreadFrontend):
                          "infercore-grpc-repository")
         self._server = server
         # HTTP and gRPC see the same registered regions: one registry per server.
-        self._shm = shared_memory if shared_memory is not None else registry_for(server)
+        self._shm = for_clients(server, self.options.allow_client_shm, shared_memory)
         self._accepting = False  # new requests on open streams; read on the loop thread
 
     def __enter__(self) -> GrpcFrontend:

@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ..errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from ..errors import InvalidArgumentError, UnsupportedError
 from ..server import Server
 from ..stats import Duration, ModelStatistics
 from .grpc_codec import parse_version
@@ -260,33 +260,23 @@ class CommonService:
         self._shm.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    # This host has no CUDA, so no CUDA region can ever be registered: status lists none,
-    # unregistering finds none (a success, as Triton answers), registering fails with the
-    # error Triton built without GPU support gives.
+    # CUDA regions: see SystemSharedMemory.cuda_status (none on this host).
     @_rpc
     def cuda_shm_status(self, request: pb.CudaSharedMemoryStatusRequest
                         ) -> pb.CudaSharedMemoryStatusResponse:
-        if request.name:
-            try:
-                self._shm.status(request.name)
-            except NotFoundError:
-                raise NotFoundError(
-                    f"Unable to find cuda shared memory region: '{request.name}'") from None
-            raise NotFoundError(
-                f"The region named '{request.name}' is registered as system shared memory, "
-                "not CUDA shared memory")
+        self._shm.cuda_status(request.name)  # lists none, or raises
         return pb.CudaSharedMemoryStatusResponse()
 
     @_rpc
     def cuda_shm_register(self, request: pb.CudaSharedMemoryRegisterRequest
                           ) -> pb.CudaSharedMemoryRegisterResponse:
-        raise InvalidArgumentError(
-            f"failed to register CUDA shared memory region: '{request.name}', GPUs not "
-            "supported")
+        self._shm.cuda_register(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_rpc
     def cuda_shm_unregister(self, request: pb.CudaSharedMemoryUnregisterRequest
                             ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._shm.cuda_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and log settings --------------------------------------------------------------

@@ -29,7 +29,7 @@ from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
 from .loop_thread import LoopThreadFrontend
 from .restricted import HttpRestrictionAction, RestrictedFeatures, guard_http
-from .shm import SystemSharedMemory, registry_for
+from .shm import SystemSharedMemory, for_clients
 
 __all__ = ["HttpFrontend", "HttpOptions", "add_arguments", "from_args"]
 
@@ -54,6 +54,8 @@ class HttpOptions:
     restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
     # µs the loop keeps polling after a request or an answer, 0: never (busy_poll.py)
     busy_poll_us: int = DEFAULT_BUSY_POLL_US
+    # --allow-client-shm: clients may use shared-memory regions (shm.py)
+    allow_client_shm: bool = False
 
 
 
@@ -106,7 +108,7 @@ def from_args(server: Server, args: argparse.Namespace) -> HttpFrontend | None:
         max_input_size=args.http_max_input_size,
         header_forward_pattern=args.http_header_forward_pattern,
         reuse_port=args.reuse_http_port, restricted=args.http_restricted_api,
-        busy_poll_us=args.http_busy_poll_us))
+        busy_poll_us=args.http_busy_poll_us, allow_client_shm=args.allow_client_shm))
 
 
 class HttpFrontend(LoopThreadFrontend):
@@ -123,7 +125,7 @@ class HttpFrontend(LoopThreadFrontend):
                          "infercore-http-admin")
         self._server = server
         # HTTP and gRPC see the same registered regions: one registry per server.
-        self._shm = shared_memory if shared_memory is not None else registry_for(server)
+        self._shm = for_clients(server, self.options.allow_client_shm, shared_memory)
 
     def __enter__(self) -> HttpFrontend:
         self.start()

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..errors import InvalidArgumentError
+from ..errors import InternalError, InvalidArgumentError
 from ..request import InferRequest
 from ..tensor import DataType, Tensor, deserialize_bytes_tensor
 from .http_header_cache import HeaderCache
-from .http_params import RequestFields, is_uint, uint_param
+from .http_params import RequestFields, is_uint
 from .shm import SharedMemoryRegion, SystemSharedMemory
 
 __all__ = ["DecodedInfer", "OutputPlan", "decode_infer", "decode_raw_infer",
@@ -263,17 +263,25 @@ def _from_buffer(model: str, name: str, data_type: DataType, buffer: Any, offset
 
 def _from_shared_memory(model: str, name: str, data_type: DataType, params: dict[str, Any],
                         count: int, shm: SystemSharedMemory) -> np.ndarray:
-    region_name = params["shared_memory_region"]
-    if not isinstance(region_name, str):
-        raise InvalidArgumentError("Unable to parse 'shared_memory_region'")
+    region, offset, byte_size = _shared_memory_params(params)
+    view = shm.region(region).view(offset, byte_size)
+    return _from_buffer(model, name, data_type, view, 0, byte_size, count)
+
+
+def _shared_memory_params(params: dict[str, Any]) -> tuple[str, int, int]:
+    """(region, offset, byte_size) of a tensor placed in shared memory; a member of the
+    wrong type is TritonJson's INTERNAL error, as Triton reads them."""
+    region = params["shared_memory_region"]
+    if not isinstance(region, str):
+        raise InternalError("Unable to parse 'shared_memory_region': attempt to access JSON "
+                            "non-string as string")
     offset = params.get("shared_memory_offset", 0)
     byte_size = params.get("shared_memory_byte_size", 0)
-    if not is_uint(offset):
-        raise InvalidArgumentError("Unable to parse 'shared_memory_offset'")
-    if not is_uint(byte_size):
-        raise InvalidArgumentError("Unable to parse 'shared_memory_byte_size'")
-    view = shm.region(region_name).view(offset, byte_size)
-    return _from_buffer(model, name, data_type, view, 0, byte_size, count)
+    for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", byte_size)):
+        if not is_uint(value):
+            raise InternalError(f"Unable to parse '{key}': attempt to access JSON "
+                                "non-unsigned-integer as unsigned-integer")
+    return region, offset, byte_size
 
 
 def _from_json(name: str, data_type: DataType, data: Any, count: int) -> np.ndarray:
@@ -364,12 +372,7 @@ def _output_plan(name: str, params: object, shm: SystemSharedMemory) -> OutputPl
         if binary:
             raise InvalidArgumentError(
                 "Output can't set both 'shared_memory_region' and 'binary_data'")
-        if not isinstance(region, str):
-            raise InvalidArgumentError("Unable to parse 'shared_memory_region'")
-        plan.shm_offset = uint_param("shared_memory_offset",
-                                      params.get("shared_memory_offset", 0))
-        plan.shm_byte_size = uint_param("shared_memory_byte_size",
-                                         params.get("shared_memory_byte_size", 0))
+        region, plan.shm_offset, plan.shm_byte_size = _shared_memory_params(params)
         plan.shm = shm.region(region)
         plan.shm.view(plan.shm_offset, plan.shm_byte_size)  # bounds checked up front
     plan.binary = binary

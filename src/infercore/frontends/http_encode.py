@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..errors import InvalidArgumentError
+from ..errors import InternalError, InvalidArgumentError
 from ..response import InferResponse
 from ..tensor import DataType, Tensor, serialize_bytes_tensor
 from .classification import classify
@@ -122,7 +122,7 @@ def _write_shared_memory(plan: OutputPlan, tensor: Tensor) -> None:
     else:
         data = _raw_bytes(array)
     if len(data) > plan.shm_byte_size:
-        raise InvalidArgumentError(
+        raise InternalError(
             f"shared memory size specified with the request for output '{plan.name}' "
             f"({plan.shm_byte_size} bytes) should be at least {len(data)} bytes to hold the "
             "results")

@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 _ACCEPT_ENCODING_HINT = b"accept-encoding: gzip, deflate\r\n"
+# Triton declares JSON only once a response is written: the error of a request that ran
+# (the model's, or an output its region cannot hold) goes out as text/plain.
+_TEXT = b"text/plain"
 _CONTENT_ENCODING = {"gzip": b"content-encoding: gzip\r\n",
                      "deflate": b"content-encoding: deflate\r\n"}
 
@@ -81,8 +84,11 @@ class InferHandler:
                 stream.cancel()
                 raise UnsupportedError(_DECOUPLED)
             if response.error is not None:
-                return error_response(response.error)
-            return self._reply(request, response, decoded)
+                return error_response(response.error, content_type=_TEXT)
+            try:
+                return self._reply(request, response, decoded)
+            except TritonError as exc:  # e.g. an output larger than its region
+                return error_response(exc, content_type=_TEXT)
         except StopAsyncIteration:
             return error_response(InternalError("expected a single response, got 0"))
         except TritonError as exc:

@@ -23,7 +23,12 @@ from typing import Any
 
 import orjson
 
-from ..errors import InvalidArgumentError, NotFoundError, TritonError, UnsupportedError
+from ..errors import (
+    InternalError,
+    InvalidArgumentError,
+    TritonError,
+    UnsupportedError,
+)
 from ..server import Server
 from .busy_poll import BusyPoll
 from .http_generate import GenerateHandler
@@ -125,7 +130,7 @@ class HttpRouter:
             if (action == "status") != (method == "GET") or method not in ("GET", "POST"):
                 return _NOT_ALLOWED
             if kind == "cudasharedmemory":
-                return _cuda_shared_memory(region or "", action)
+                return self._cuda_shared_memory(request, region or "", action)
             return self._system_shared_memory(request, region or "", action)
         return _NOT_FOUND
 
@@ -251,6 +256,8 @@ class HttpRouter:
         return json_response(self._server.trace_settings(model))
 
     # -- shared memory -------------------------------------------------------------------
+    # Read as Triton's handlers read them: a body that is no object has no members, and a
+    # member of the wrong type is TritonJson's INTERNAL error.
     def _system_shared_memory(self, request: HttpRequest, region: str,
                               action: str) -> HttpResponse:
         if action == "status":
@@ -261,21 +268,37 @@ class HttpRouter:
         if not region:
             raise InvalidArgumentError(
                 "'region name' is necessary to register system shared memory region")
-        document = _json_object(request.body)
+        document = _register_body(request.body)
         key = document.get("key")
         if key is None:
             raise InvalidArgumentError("Shared memory register request has no 'key' field")
         if not isinstance(key, str):
-            raise InvalidArgumentError("attempt to access JSON non-string as string")
+            raise InternalError("attempt to access JSON non-string as string")
         offset = document.get("offset", 0)
         if "byte_size" not in document:
             raise InvalidArgumentError(
                 "Shared memory register request has no 'byte_size' field")
         byte_size = document["byte_size"]
         if not is_uint(offset) or not is_uint(byte_size):
-            raise InvalidArgumentError(
+            raise InternalError(
                 "attempt to access JSON non-unsigned-integer as unsigned-integer")
         self._shm.register(region, key, offset, byte_size)
+        return HttpResponse(200, ())
+
+    def _cuda_shared_memory(self, request: HttpRequest, region: str,
+                            action: str) -> HttpResponse:
+        if action == "status":
+            return json_response(self._shm.cuda_status(region))
+        if action == "unregister":
+            self._shm.cuda_unregister(region)
+            return HttpResponse(200, ())
+        if not region:
+            raise InvalidArgumentError(
+                "'region name' is necessary to register cuda shared memory region")
+        if "raw_handle" not in _register_body(request.body):
+            raise InvalidArgumentError(
+                "Shared memory register request has no 'raw_handle' field")
+        self._shm.cuda_register(region)
         return HttpResponse(200, ())
 
     _FIXED: dict[str, Callable[[HttpRouter, HttpRequest], Result]] = {
@@ -288,19 +311,13 @@ class HttpRouter:
     }
 
 
-def _cuda_shared_memory(region: str, action: str) -> HttpResponse:
-    """CUDA shared memory on a host without GPUs: as Triton built without GPU support."""
-    if action == "status":
-        if region:
-            raise NotFoundError(f"Unable to find cuda shared memory region: '{region}'")
-        return json_response([])
-    if action == "unregister":
-        return HttpResponse(200, ())
-    if not region:
-        raise InvalidArgumentError(
-            "'region name' is necessary to register cuda shared memory region")
-    raise InvalidArgumentError(
-        f"failed to register CUDA shared memory region: '{region}', GPUs not supported")
+def _register_body(body: bytes) -> dict[str, Any]:
+    """A register request's members; none when the body is not a JSON object."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    return document if isinstance(document, dict) else {}
 
 
 def _json_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:

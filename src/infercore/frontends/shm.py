@@ -4,25 +4,68 @@ A client creates a POSIX shared memory object (``shm_open``: ``/dev/shm/<key>`` 
 registers ``(name, key, offset, byte_size)``, and then names the region in its requests:
 inputs are read from it as numpy views (no copy) and outputs are written into it.
 
+Registering answers as Triton 2.51 does, texts and codes: the object is opened as
+``shm_open`` opens it (a name in /dev/shm, no slash inside, no symbolic link followed),
+the region must lie inside it, and the region itself is mapped, so its offset must be a
+multiple of the page size. Beyond Triton: only a regular file is accepted (not a FIFO or
+a device a key might name), and the object's size is checked again each time a region is
+used, so an object truncated after registration is answered with an error instead of a
+fault (SIGBUS) that would kill the server.
+
+``--allow-client-shm`` (``add_arguments``; HttpOptions/GrpcOptions.allow_client_shm) is
+current Triton's flag, false by default: a frontend started without it reaches
+``REFUSED`` (``for_clients``), which refuses every shared-memory call of its clients, the
+status, register and unregister endpoints and any tensor that names a region.
+
 Threads: frontends register, unregister and resolve regions from any thread; ``_lock``
-guards the name map. A region stays mapped while a request still holds a view of it:
-unregistering drops the registry's reference and the mapping closes with its last view.
+guards the name map. A region stays mapped (and its object open) while a request still
+holds a view of it: unregistering drops the registry's reference, and the mapping closes
+with its last view.
 """
 
 from __future__ import annotations
 
+import argparse
+import errno
+import logging
 import mmap
 import os
+import stat
 import threading
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from ..errors import (
+    AlreadyExistsError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
+from .flag_types import boolean
 
-__all__ = ["SharedMemoryRegion", "SystemSharedMemory", "registry_for"]
+__all__ = ["REFUSED", "SharedMemoryRegion", "SystemSharedMemory", "add_arguments",
+           "for_clients", "registry_for"]
 
-_SHM_DIR = Path("/dev/shm")
+logger = logging.getLogger(__name__)
+
+_SHM_DIR = "/dev/shm"
+# O_NOFOLLOW: as glibc's shm_open, a key that is a symbolic link is refused; O_NONBLOCK:
+# opening a FIFO a key might name never waits (it is refused once opened, not regular).
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+REFUSAL = ("Client shared memory is disabled: start the server with "
+           "--allow-client-shm=true to use shared-memory regions")
+
+
+class _Descriptor:
+    """A region's open object, closed once no region holds it."""
+
+    __slots__ = ("fd", "__weakref__")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +75,7 @@ class SharedMemoryRegion:
     offset: int
     byte_size: int
     buffer: memoryview  # exactly the registered bytes
+    descriptor: _Descriptor  # the object, kept open: its size is checked at each use
 
     def status(self) -> dict[str, object]:
         """Triton's status JSON of one region."""
@@ -39,11 +83,21 @@ class SharedMemoryRegion:
                 "byte_size": self.byte_size}
 
     def view(self, offset: int, byte_size: int) -> memoryview:
-        """``byte_size`` bytes at ``offset`` inside the region (bounds checked)."""
-        if offset < 0 or byte_size < 0 or offset + byte_size > self.byte_size:
+        """``byte_size`` bytes at ``offset`` inside the region (bounds checked), once the
+        object is known to still hold the whole region."""
+        if offset < 0 or offset >= self.byte_size:
             raise InvalidArgumentError(
-                f"Invalid offset + byte size for shared memory region: '{self.name}'"
-            )
+                f"Invalid offset for shared memory region: '{self.name}'")
+        if byte_size <= 0 or offset + byte_size > self.byte_size:
+            raise InvalidArgumentError(
+                f"Invalid offset + byte size for shared memory region: '{self.name}'")
+        # A page of the mapping past the object's end faults when touched: check first.
+        needed = self.offset + self.byte_size
+        size = os.fstat(self.descriptor.fd).st_size
+        if size < needed:
+            raise InvalidArgumentError(
+                f"shared memory region '{self.name}' is no longer valid: its object "
+                f"'{self.key}' holds {size} bytes, the region needs {needed}")
         return self.buffer[offset:offset + byte_size]
 
 
@@ -55,23 +109,16 @@ class SystemSharedMemory:
         self._regions: dict[str, SharedMemoryRegion] = {}
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        if not name:
-            raise InvalidArgumentError("shared memory region name must not be empty")
-        if offset < 0 or byte_size <= 0:
-            raise InvalidArgumentError(
-                f"failed to register shared memory region '{name}': offset must be >= 0 "
-                "and byte_size > 0"
-            )
+        # Under the lock throughout, as Triton: two registrations of one name or key
+        # cannot both succeed.
         with self._lock:
             if name in self._regions:
-                raise AlreadyExistsError(
-                    f"shared memory region '{name}' already in manager"
-                )
-        buffer = _map(name, key, offset, byte_size)
-        with self._lock:
-            if name in self._regions:  # registered meanwhile by another request
                 raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
-            self._regions[name] = SharedMemoryRegion(name, key, offset, byte_size, buffer)
+            if any(region.key == key for region in self._regions.values()):
+                # Triton 2.51 looks for the descriptor of a key already registered to
+                # reuse it, finds it closed, and fails: one region per key at a time.
+                raise InternalError(f"Invalid shared memory region: '{key}'")
+            self._regions[name] = _map(name, key, offset, byte_size)
 
     def unregister(self, name: str = "") -> None:
         """Forget one region, or every region when ``name`` is empty."""
@@ -82,6 +129,7 @@ class SystemSharedMemory:
                 self._regions.clear()
 
     def status(self, name: str = "") -> list[dict[str, object]]:
+        """One region's status, or every region's by name when ``name`` is empty."""
         with self._lock:
             if name:
                 region = self._regions.get(name)
@@ -89,7 +137,7 @@ class SystemSharedMemory:
                     raise NotFoundError(
                         f"Unable to find system shared memory region: '{name}'")
                 return [region.status()]
-            return [region.status() for region in self._regions.values()]
+            return [self._regions[n].status() for n in sorted(self._regions)]
 
     def region(self, name: str) -> SharedMemoryRegion:
         region = self._regions.get(name)
@@ -97,9 +145,76 @@ class SystemSharedMemory:
             raise NotFoundError(f"Unable to find shared memory region: '{name}'")
         return region
 
+    # CUDA shared memory, as Triton built with GPU support answers on a host without
+    # one: no CUDA region can be registered (the IPC handle never opens), so status
+    # lists none and unregistering finds none; the names are shared with system regions.
+    def cuda_status(self, name: str = "") -> list[dict[str, object]]:
+        if not name:
+            return []
+        with self._lock:
+            if name in self._regions:
+                raise NotFoundError(f"The region named '{name}' is registered as system "
+                                    "shared memory, not CUDA shared memory")
+        raise NotFoundError(f"Unable to find cuda shared memory region: '{name}'")
+
+    def cuda_register(self, name: str) -> None:
+        with self._lock:
+            if name in self._regions:
+                raise AlreadyExistsError(f"shared memory region '{name}' already in manager")
+        raise InvalidArgumentError("failed to register shared memory region: invalid args")
+
+    def cuda_unregister(self, name: str = "") -> None:
+        """Nothing to forget: no CUDA region is ever registered."""
+
+
+class _Refused(SystemSharedMemory):
+    """What a frontend started without --allow-client-shm offers: every call refused."""
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        raise UnavailableError(REFUSAL)
+
+    def unregister(self, name: str = "") -> None:
+        raise UnavailableError(REFUSAL)
+
+    def status(self, name: str = "") -> list[dict[str, object]]:
+        raise UnavailableError(REFUSAL)
+
+    def region(self, name: str) -> SharedMemoryRegion:
+        raise UnavailableError(REFUSAL)
+
+    def cuda_status(self, name: str = "") -> list[dict[str, object]]:
+        raise UnavailableError(REFUSAL)
+
+    def cuda_register(self, name: str) -> None:
+        raise UnavailableError(REFUSAL)
+
+    def cuda_unregister(self, name: str = "") -> None:
+        raise UnavailableError(REFUSAL)
+
+
+REFUSED: SystemSharedMemory = _Refused()
 
 _REGISTRIES: weakref.WeakKeyDictionary[object, SystemSharedMemory] = weakref.WeakKeyDictionary()
 _REGISTRIES_LOCK = threading.Lock()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--allow-client-shm, read by the HTTP and gRPC frontends alike."""
+    group = parser.add_argument_group(
+        "Shared Memory", "Clients' system and CUDA shared-memory regions (HTTP and gRPC).")
+    group.add_argument(
+        "--allow-client-shm", type=boolean, default=False, metavar="BOOL",
+        help="let clients register, unregister and use system and CUDA shared-memory "
+             "regions (default false, as current tritonserver)")
+
+
+def for_clients(server: object, allowed: bool,
+                registry: SystemSharedMemory | None = None) -> SystemSharedMemory:
+    """What a frontend's clients reach: the server's registry (or ``registry``), or
+    REFUSED when the frontend does not allow client shared memory."""
+    if not allowed:
+        return REFUSED
+    return registry if registry is not None else registry_for(server)
 
 
 def registry_for(server: object) -> SystemSharedMemory:
@@ -111,23 +226,46 @@ def registry_for(server: object) -> SystemSharedMemory:
         return registry
 
 
-def _map(name: str, key: str, offset: int, byte_size: int) -> memoryview:
-    path = _SHM_DIR / key.lstrip("/")
-    if "/" in key.lstrip("/") or key.lstrip("/") in ("", ".", ".."):
-        raise InvalidArgumentError(f"invalid shared memory key '{key}'")
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError as exc:
-        raise InvalidArgumentError(
-            f"Unable to open shared memory region: '{key}': {exc.strerror}") from exc
+def _map(name: str, key: str, offset: int, byte_size: int) -> SharedMemoryRegion:
+    fd = _open(key)
     try:
         size = os.fstat(fd).st_size
         if offset + byte_size > size:
             raise InvalidArgumentError(
-                f"failed to register shared memory region '{name}': offset {offset} + "
-                f"byte_size {byte_size} exceeds the {size} bytes of '{key}'"
-            )
-        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
+                f"failed to register shared memory region '{name}': invalid args")
+        # mmap(2) refuses an empty or unaligned mapping (EINVAL), as Triton reports;
+        # Python's mmap would read an empty length as the whole object.
+        if byte_size == 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        mapping = mmap.mmap(fd, byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                            offset=offset)
+    except OSError as exc:
         os.close(fd)
-    return memoryview(mapping)[offset:offset + byte_size]
+        raise InvalidArgumentError(f"failed to register shared memory region '{name}': "
+                                   f"unable to process address space{exc.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return SharedMemoryRegion(name, key, offset, byte_size, memoryview(mapping),
+                              _Descriptor(fd))
+
+
+def _open(key: str) -> int:
+    """The object ``key`` names, opened as shm_open opens it, if it is a regular file."""
+    name = key.lstrip("/")
+    failure = InternalError(f"Unable to open shared memory region: '{key}'")
+    if not name or "/" in name or name in (".", ".."):
+        raise failure
+    directory = os.open(_SHM_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory)
+    except OSError as exc:
+        logger.debug("shm_open of '%s' failed: %s", key, exc.strerror)
+        raise failure from None
+    finally:
+        os.close(directory)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        logger.warning("shared memory key '%s' is not a regular file: refused", key)
+        raise failure
+    return fd
