@@ -43,6 +43,9 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
 
+# Triton labels what its core finds in a request with the request's id
+LABEL = "[request id: <id_unknown>] "
+
 def _config(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
@@ -85,7 +88,7 @@ def test_missing_required_inputs_are_named():
     validator = RequestValidator(_config(THREE_INPUTS))
     message = _error(validator, _request({"INPUT0": _fp32(4)}))
     assert message == (
-        "expected 3 inputs but got 1 inputs for model 'm'. Got input(s) ['INPUT0'], but "
+        LABEL + "expected 3 inputs but got 1 inputs for model 'm'. Got input(s) ['INPUT0'], but "
         "missing required input(s) ['INPUT1','INPUT2']. Please provide all required input(s)."
     )
 
@@ -94,8 +97,9 @@ def test_missing_inputs_message_lists_given_inputs_in_request_order():
     validator = RequestValidator(_config(THREE_INPUTS))
     message = _error(validator, _request({"INPUT2": _fp32(4), "INPUT0": _fp32(4)}))
     assert message == (
-        "expected 3 inputs but got 2 inputs for model 'm'. Got input(s) ['INPUT2','INPUT0'], "
-        "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+        LABEL + "expected 3 inputs but got 2 inputs for model 'm'. Got input(s) "
+        "['INPUT2','INPUT0'], but missing required input(s) ['INPUT1']. Please provide all "
+        "required input(s)."
     )
 
 
@@ -103,7 +107,7 @@ def test_request_without_any_inputs_names_every_required_input():
     validator = RequestValidator(_config(THREE_INPUTS))
     message = _error(validator, _request({}))
     assert message == (
-        "expected 3 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing "
+        LABEL + "expected 3 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing "
         "required input(s) ['INPUT0','INPUT1','INPUT2']. Please provide all required input(s)."
     )
 
@@ -112,7 +116,7 @@ def test_missing_required_input_with_optional_inputs_gives_a_range():
     validator = RequestValidator(_config(WITH_OPTIONAL))
     message = _error(validator, _request({"INPUT0": _fp32(4), "OPT": _fp32(4)}))
     assert message == (
-        "expected number of inputs between 3 and 4 but got 2 inputs for model 'm'. Got "
+        LABEL + "expected number of inputs between 3 and 4 but got 2 inputs for model 'm'. Got "
         "input(s) ['INPUT0','OPT'], but missing required input(s) ['INPUT1','INPUT2']. "
         "Please provide all required input(s)."
     )
@@ -161,7 +165,7 @@ def test_datatype_mismatch_is_rejected():
     validator = _one_input("[ 4 ]")
     request = _request({"INPUT0": Tensor.from_object(np.zeros(4, dtype=np.float64))})
     assert _error(validator, request) == (
-        "inference input 'INPUT0' data-type is 'FP64', but model 'm' expects 'FP32'"
+        LABEL + "inference input 'INPUT0' data-type is 'FP64', but model 'm' expects 'FP32'"
     )
 
 
@@ -173,7 +177,8 @@ def test_bytes_input_matches_type_string():
 def test_bytes_given_for_numeric_input_is_rejected():
     validator = _one_input("[ 2 ]", data_type="TYPE_INT32")
     message = _error(validator, _request({"INPUT0": Tensor.from_object([b"a", b"b"])}))
-    assert message == "inference input 'INPUT0' data-type is 'BYTES', but model 'm' expects 'INT32'"
+    assert message == (LABEL + "inference input 'INPUT0' data-type is 'BYTES', but model 'm' "
+                       "expects 'INT32'")
 
 
 # -- shapes ----------------------------------------------------------------------------
@@ -182,21 +187,21 @@ def test_bytes_given_for_numeric_input_is_rejected():
 def test_shape_mismatch_without_batching_has_no_note():
     validator = _one_input("[ 4 ]")
     assert _error(validator, _request({"INPUT0": _fp32(5)})) == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [5]."
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [5]."
     )
 
 
 def test_shape_rank_mismatch_without_batching_is_rejected():
     validator = _one_input("[ 4 ]")
     assert _error(validator, _request({"INPUT0": _fp32(1, 4)})) == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [1,4]."
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [1,4]."
     )
 
 
 def test_shape_mismatch_with_batching_appends_the_batch_note():
     validator = _one_input("[ 4 ]", max_batch_size=8)
     assert _error(validator, _request({"INPUT0": _fp32(2, 5)})) == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [2,5]."
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [2,5]."
         + BATCH_NOTE
     )
 
@@ -204,7 +209,8 @@ def test_shape_mismatch_with_batching_appends_the_batch_note():
 def test_input_without_batch_dim_on_batching_model_gets_the_note():
     validator = _one_input("[ 4 ]", max_batch_size=8)
     assert _error(validator, _request({"INPUT0": _fp32(4)})) == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [4]." + BATCH_NOTE
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [4]."
+        + BATCH_NOTE
     )
 
 
@@ -212,7 +218,8 @@ def test_scalar_input_on_batching_model_is_a_shape_error():
     validator = _one_input("[ 4 ]", max_batch_size=8)
     message = _error(validator, _request({"INPUT0": _fp32()}))
     assert message == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got []." + BATCH_NOTE
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got []."
+        + BATCH_NOTE
     )
 
 
@@ -225,7 +232,7 @@ def test_variable_dims_accept_any_size(shape):
 def test_variable_dims_still_check_fixed_dims_and_rank():
     validator = _one_input("[ -1, 3 ]")
     assert _error(validator, _request({"INPUT0": _fp32(5, 4)})) == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,3], got [5,4]."
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,3], got [5,4]."
     )
     assert "Expected [-1,3], got [5]." in _error(validator, _request({"INPUT0": _fp32(5)}))
 
@@ -368,7 +375,7 @@ def test_shape_is_checked_against_dims_not_reshape():
     validator = _one_input("[ 4 ]", extra="reshape: { shape: [ 2, 2 ] }")
     message = _error(validator, _request({"INPUT0": _fp32(2, 2)}))
     assert message == (
-        "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [2,2]."
+        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [2,2]."
     )
 
 

@@ -318,13 +318,15 @@ def test_input_without_data_is_rejected(tmp_path: Path):
 def test_sample_not_matching_the_model_inputs_is_rejected(tmp_path: Path):
     config = one_input_config("TYPE_FP32", sample_of("TYPE_INT32", "zero_data: true"))
     with pytest.raises(InvalidArgumentError,
-                       match="model 'm' warmup sample 's': inference input 'X' data-type is "
-                             "'INT32', but model 'm' expects 'FP32'"):
+                       match=r"model 'm' warmup sample 's': \[request id: <id_unknown>\] "
+                             "inference input 'X' data-type is 'INT32', but model 'm' expects "
+                             "'FP32'"):
         build(config, tmp_path)
     config = one_input_config("TYPE_FP32",
                               sample_of("TYPE_FP32", "zero_data: true", dims="[ 3, 2 ]"))
     with pytest.raises(InvalidArgumentError,
-                       match=r"model 'm' warmup sample 's': unexpected shape for input 'X'"):
+                       match=r"model 'm' warmup sample 's': \[request id: <id_unknown>\] "
+                             r"unexpected shape for input 'X'"):
         build(config, tmp_path)
 
 
@@ -337,7 +339,8 @@ def test_sample_missing_a_required_input_is_rejected(tmp_path: Path):
             inputs { key: "A" value { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]
     """)
     with pytest.raises(InvalidArgumentError,
-                       match=r"model 'm' warmup sample 'half': expected 2 inputs but got 1"):
+                       match=r"model 'm' warmup sample 'half': \[request id: <id_unknown>\] "
+                             r"expected 2 inputs but got 1"):
         build(config, tmp_path)
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .response import ResponseSender
     from .trace_record import TraceHandle
 
-__all__ = ["InferRequest", "ParameterValue"]
+__all__ = ["InferRequest", "ParameterValue", "request_label"]
 
 ParameterValue = str | int | float | bool
 
@@ -146,3 +146,8 @@ class InferRequest:
             f"InferRequest(model={self.model_name!r}, version={self.model_version}, "
             f"id={self.id!r})"
         )
+
+
+def request_label(request_id: str) -> str:
+    """What Triton's core puts before the errors it finds in a request's inputs."""
+    return f"[request id: {request_id or '<id_unknown>'}] "

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from tritonclient.grpc import model_config_pb2
 
 from .errors import InvalidArgumentError
-from .request import InferRequest
+from .request import InferRequest, request_label
 from .tensor import DataType, Tensor
 
-__all__ = ["InputSpec", "RequestValidator"]
+__all__ = ["InputSpec", "RequestValidator", "datatype_mismatch"]
 
 _BATCH_NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
@@ -25,6 +25,12 @@ _BATCH_NOTE = (
     "including the batch dim in your input dims config, try setting max_batch_size to zero. "
     "See the model configuration docs for more info on max_batch_size."
 )
+
+
+def datatype_mismatch(label: str, name: str, got: str, model: str, want: str) -> str:
+    """Triton's text for an input of another datatype than the model's (wire names)."""
+    return (f"{label}inference input '{name}' data-type is '{got}', but model '{model}' "
+            f"expects '{want}'")
 
 
 def dims_text(dims: Sequence[int]) -> str:
@@ -79,21 +85,22 @@ class RequestValidator:
         inputs = request.inputs
         specs = self.inputs
         model = self.model_name
+        # Triton's core labels what it finds in the inputs with the request's id (not an
+        # unknown input's name, checked before it labels).
         if len(inputs) != len(specs) or not inputs.keys() <= specs.keys():
-            self._check_input_names(inputs)
+            self._check_input_names(inputs, request.id)
         batching = self.max_batch_size > 0
         batch_size = 0
         for name, tensor in inputs.items():
             spec = specs[name]
             if tensor.data_type is not spec.data_type:
-                raise InvalidArgumentError(
-                    f"inference input '{name}' data-type is '{tensor.data_type.value}', but "
-                    f"model '{model}' expects '{spec.data_type.value}'"
-                )
+                raise InvalidArgumentError(datatype_mismatch(
+                    request_label(request.id), name, tensor.data_type.value, model,
+                    spec.data_type.value))
             shape = tensor.shape
             if batching:
                 if not shape:
-                    raise InvalidArgumentError(self._shape_message(name, spec, shape))
+                    raise InvalidArgumentError(self._shape_message(request, name, spec, shape))
                 this_batch = shape[0]
                 if batch_size == 0:
                     batch_size = this_batch
@@ -105,7 +112,7 @@ class RequestValidator:
             else:
                 item_shape = shape
             if item_shape != spec.dims and not spec.matches(item_shape):  # equal: fixed dims
-                raise InvalidArgumentError(self._shape_message(name, spec, shape))
+                raise InvalidArgumentError(self._shape_message(request, name, spec, shape))
         if batching:
             if batch_size < 1 or batch_size > self.max_batch_size:
                 raise InvalidArgumentError(
@@ -125,7 +132,7 @@ class RequestValidator:
         if self._needs_reshape:
             self._apply_reshape(request)
 
-    def _check_input_names(self, inputs: dict[str, Tensor]) -> None:
+    def _check_input_names(self, inputs: dict[str, Tensor], request_id: str) -> None:
         model = self.model_name
         for name in inputs:
             if name not in self.inputs:
@@ -143,15 +150,18 @@ class RequestValidator:
             got = ",".join(f"'{name}'" for name in inputs)
             missing_text = ",".join(f"'{name}'" for name in missing)
             raise InvalidArgumentError(
-                f"{expected} but got {len(inputs)} inputs for model '{model}'. Got input(s) "
+                f"{request_label(request_id)}{expected} but got {len(inputs)} inputs for model "
+                f"'{model}'. Got input(s) "
                 f"[{got}], but missing required input(s) [{missing_text}]. Please provide all "
                 "required input(s)."
             )
 
-    def _shape_message(self, name: str, spec: InputSpec, shape: tuple[int, ...]) -> str:
+    def _shape_message(self, request: InferRequest, name: str, spec: InputSpec,
+                       shape: tuple[int, ...]) -> str:
         expected = ((-1,) + spec.dims) if self.max_batch_size > 0 else spec.dims
         message = (
-            f"unexpected shape for input '{name}' for model '{self.model_name}'. Expected "
+            f"{request_label(request.id)}unexpected shape for input '{name}' for model "
+            f"'{self.model_name}'. Expected "
             f"{dims_text(expected)}, got {dims_text(shape)}."
         )
         if self.max_batch_size > 0:

@@ -72,7 +72,8 @@ def test_a_wrong_raw_size_names_the_input_the_model_and_both_sizes(registry):
     with pytest.raises(InvalidArgumentError) as raised:
         decode_request(request, registry)
     assert raised.value.message == (
-        "input byte size mismatch for input 'A' for model 'm'. Expected 16, got 12")
+        "[request id: <id_unknown>] input byte size mismatch for input 'A' for model 'm'. "
+        "Expected 16, got 12")
 
 
 def test_an_input_without_data_is_refused(registry):

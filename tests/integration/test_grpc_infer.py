@@ -141,7 +141,8 @@ def test_wrong_byte_size_is_invalid_argument_with_tritons_text(client):
         client.infer("add_sub", [tensor, other])
     assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert raised.value.message() == (
-        "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 16, got 12")
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model "
+        "'add_sub'. Expected 16, got 12")
 
 
 def test_invalid_shapes_and_types_are_invalid_argument(client):

@@ -84,7 +84,8 @@ def test_errors_travel_in_band_and_the_stream_goes_on(stub):
     assert responses[0].error_message == "" and responses[4].error_message == ""
     assert responses[1].error_message == "Request for unknown model: 'no_such_model' is not found"
     assert responses[2].error_message.startswith(
-        "input byte size mismatch for input 'INPUT0' for model 'add_sub'")
+        "[request id: bad-shape] input byte size mismatch for input 'INPUT0' for model "
+        "'add_sub'")
     assert "failed to get model version" in responses[3].error_message
 
 

@@ -85,8 +85,8 @@ def test_binary_size_that_does_not_match_the_shape_is_a_bad_request(http_server)
                                  *_binary_request(size_claimed=12, data=b"\0" * 12))
 
     assert status == 400
-    assert _error(answer) == ("input byte size mismatch for input 'INPUT0' for model "
-                              "'add_sub'. Expected 16, got 12")
+    assert _error(answer) == ("[request id: <id_unknown>] input byte size mismatch for input "
+                              "'INPUT0' for model 'add_sub'. Expected 16, got 12")
 
 
 def test_extra_bytes_after_the_inputs_are_a_bad_request(http_server):

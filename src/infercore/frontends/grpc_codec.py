@@ -29,6 +29,7 @@ from tritonclient.grpc import service_pb2
 from ..errors import InvalidArgumentError
 from ..request import InferRequest
 from ..tensor import DataType, Tensor, deserialize_bytes_tensor
+from .kserve import InputByteSizeError
 from .shm import SystemSharedMemory
 
 __all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version"]
@@ -189,10 +190,7 @@ def _from_buffer(buffer: bytes | memoryview, data_type: DataType, shape: tuple[i
     dtype = _NUMPY[data_type]
     expected = count * dtype.itemsize
     if len(buffer) != expected:
-        raise InvalidArgumentError(
-            f"input byte size mismatch for input '{name}' for model '{model}'. Expected "
-            f"{expected}, got {len(buffer)}"
-        )
+        raise InputByteSizeError(name, data_type.value, model, expected, len(buffer))
     return np.frombuffer(buffer, dtype).reshape(shape)
 
 
@@ -224,10 +222,8 @@ def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataTyp
                 f"'{model}', got {len(values)}"
             )
         size = data_type.byte_size
-        raise InvalidArgumentError(
-            f"input byte size mismatch for input '{name}' for model '{model}'. Expected "
-            f"{count * size}, got {len(values) * size}"
-        )
+        raise InputByteSizeError(name, data_type.value, model, count * size,
+                                 len(values) * size)
     if data_type is DataType.BYTES:
         array = np.empty(count, dtype=np.object_)
         array[:] = values

@@ -26,6 +26,7 @@ from ..request import InferRequest
 from ..tensor import DataType, Tensor, deserialize_bytes_tensor
 from .http_header_cache import HeaderCache
 from .http_params import RequestFields, is_uint
+from .kserve import InputByteSizeError
 from .shm import SharedMemoryRegion, SystemSharedMemory
 
 __all__ = ["DecodedInfer", "OutputPlan", "decode_infer", "decode_raw_infer",
@@ -103,7 +104,10 @@ def decode_infer(model: str, version: int, body: bytes, header_length: int | Non
     parameters = document.get("parameters")
     if parameters is not None:
         fields.read(parameters)
-    inputs = _decode_inputs(model, document, body, end, shm)
+    try:
+        inputs = _decode_inputs(model, document, body, end, shm)
+    except InputByteSizeError as exc:
+        raise exc.of_request(request_id) from None
     outputs = _decode_outputs(document.get("outputs"), shm)
     request = InferRequest(
         model, inputs, model_version=version, id=request_id,
@@ -255,9 +259,7 @@ def _from_buffer(model: str, name: str, data_type: DataType, buffer: Any, offset
                 f"{exc.message}") from None
     expected = count * data_type.byte_size
     if byte_size != expected:
-        raise InvalidArgumentError(
-            f"input byte size mismatch for input '{name}' for model '{model}'. Expected "
-            f"{expected}, got {byte_size}")
+        raise InputByteSizeError(name, data_type.value, model, expected, byte_size)
     return np.frombuffer(buffer, data_type.numpy_dtype, count, offset)
 
 

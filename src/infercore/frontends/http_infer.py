@@ -31,7 +31,7 @@ from .http_messages import (
     decompress,
     error_response,
 )
-from .kserve import as_triton_error
+from .kserve import InputByteSizeError, as_triton_error
 from .shm import SystemSharedMemory
 
 __all__ = ["InferHandler"]
@@ -125,6 +125,8 @@ class InferHandler:
                 self._server.model(model, version).metadata()
             except TritonError as lookup:
                 exc = lookup
+        if isinstance(exc, InputByteSizeError):  # Triton compares the datatype first
+            exc = exc.answer(self._server.model(model, version).metadata()["inputs"])
         response = error_response(exc)
         if isinstance(exc, UnsupportedError) and exc.message == "Unsupported compression type":
             response.extra_headers = _ACCEPT_ENCODING_HINT
