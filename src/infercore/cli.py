@@ -31,6 +31,7 @@ from .launch import ServeExtras
 from .launch import serve as _serve
 from .logs import LOG_FORMATS
 from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
+from .supervisor import SupervisorPolicy, serve_command, supervise
 from .tracing import parse_trace_config
 
 __all__ = ["build_parser", "main", "options_from_args", "serve_extras"]
@@ -285,6 +286,17 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        metavar="BACKEND,SETTING=VALUE",
                        help="a backend setting (repeatable); SETTING=VALUE for every backend")
 
+    group = serve.add_argument_group(
+        "Supervisor", "infercore's own: restart a server that died (docs/operations.md).")
+    group.add_argument("--supervise", action="store_true",
+                       help="run the server as a child process and restart it when it dies "
+                            "after it started serving (a crashing in-thread model)")
+    group.add_argument("--supervise-max-restarts", type=INT, default=5, metavar="N",
+                       help="restarts allowed within --supervise-window-secs before giving "
+                            "up (default 5)")
+    group.add_argument("--supervise-window-secs", type=FLOAT, default=60.0, metavar="SECONDS",
+                       help="the window the restart bound counts in (default 60)")
+
     group = serve.add_argument_group("Ray")
     group.add_argument("--ray-address", default="", metavar="ADDRESS",
                        help="the Ray cluster for instance groups placed on Ray: auto, "
@@ -507,6 +519,25 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+_SUPERVISOR_VALUED = ("--supervise-max-restarts", "--supervise-window-secs")
+
+
+def _without_supervisor_flags(argv: Sequence[str]) -> list[str]:
+    """A serve command line without the supervisor's own flags (the child's)."""
+    out: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--supervise":
+            pass
+        elif item in _SUPERVISOR_VALUED:
+            skip = True
+        elif not item.startswith(tuple(f"{flag}=" for flag in _SUPERVISOR_VALUED)):
+            out.append(item)
+    return out
+
+
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     for action in parser._subparsers._group_actions if parser._subparsers else ():
         if isinstance(action, argparse._SubParsersAction):
@@ -531,6 +562,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Records propagate from the "infercore" logger (whose level the server sets) to this
     # handler; other libraries stay at WARNING.
     logging.basicConfig(level=logging.WARNING, format=fmt, datefmt=datefmt, stream=sys.stderr)
+    if args.supervise:
+        logging.getLogger("infercore.supervisor").setLevel(logging.INFO)
+        policy = SupervisorPolicy(args.supervise_max_restarts, args.supervise_window_secs)
+        return supervise(serve_command(_without_supervisor_flags(argv[1:])), policy)
     for directory in args.backend_directory:
         if not Path(directory).is_dir():
             # tritonserver checks the folder only when a model needs a backend from it.

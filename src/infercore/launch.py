@@ -43,6 +43,7 @@ from .errors import TritonError
 from .options import ModelControlMode, Options, RateLimitMode
 from .repository.states import ModelIndexEntry
 from .server import Server
+from .supervisor import notify_serving
 
 __all__ = ["ServeExtras", "StopSignals", "format_table", "model_table", "options_table",
            "serve", "shutdown"]
@@ -196,6 +197,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
         logger.info("\n%s", options_table(options, table_extras))
         logger.info("infercore is serving %d model version(s); press Ctrl-C to stop",
                     sum(1 for e in server.repository_index() if e.state.value == "READY"))
+        notify_serving()
         signals.requested.wait()
         if not shutdown(server, network, late, float(options.exit_timeout)):
             # Threads stuck in a model would keep the interpreter from exiting.

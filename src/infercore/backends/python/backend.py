@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from ...errors import InternalError, InvalidArgumentError
 from ...payload import Payload
 from ..base import InstanceInfo, ModelContext
 from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
-from .isolated import IsolatedModel, isolation_from_config
+from .isolated import IsolatedModel, default_execution_mode, isolation_from_config
 from .loader import load_model_class, model_package, unload_model_class
 from .model_config_api import ModelConfig, config_to_json
 from .pb_error import python_error_text
@@ -66,6 +67,22 @@ def model_config_json(config: model_config_pb2.ModelConfig) -> str:
     """``args["model_config"]``: the config as Triton renders it in JSON (the server's
     renderer, as the config endpoint shows it)."""
     return config_to_json(config)
+
+
+_warned_in_thread = threading.Event()
+
+
+def _warn_in_thread_once(model_name: str) -> None:
+    """Say once per process what running Python models in-thread gives up."""
+    if _warned_in_thread.is_set():
+        return
+    _warned_in_thread.set()
+    logger.warning(
+        "Python model '%s' runs in-thread, the fast default: a model that calls os._exit, "
+        "segfaults or aborts stops the whole server, where Triton's stub processes keep it "
+        "up. --backend-config=python,execution-mode=process runs every Python model in "
+        "worker processes (docs/process_isolation.md); infercore serve --supervise "
+        "restarts a server that died.", model_name)
 
 
 class PythonBackend:
@@ -125,11 +142,13 @@ class PythonBackend:
 
     def create_model(self, context: ModelContext) -> PythonModel | IsolatedModel:
         # Checked before the import, so a bad parameter fails the load without running model.py.
-        isolation = isolation_from_config(context.config, context.name)
+        isolation = isolation_from_config(
+            context.config, context.name, default_execution_mode(context.backend_config))
         if isolation is not None:
             # Only the workers import model.py (each runs create_in_thread_model).
             batch_assembly_from_config(context.config, context.name)
             return IsolatedModel(context, isolation)
+        _warn_in_thread_once(context.name)
         return self.create_in_thread_model(context)
 
     def create_in_thread_model(self, context: ModelContext) -> PythonModel:

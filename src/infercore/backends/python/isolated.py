@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +64,7 @@ __all__ = [
     "IsolatedModel",
     "Isolation",
     "WorkerStatistics",
+    "default_execution_mode",
     "isolation_from_config",
 ]
 
@@ -74,6 +75,9 @@ PARAM_START_METHOD = "infercore.worker_start_method"
 MODE_THREAD = "thread"
 MODE_PROCESS = "process"
 _KNOWN = (PARAM_EXECUTION_MODE, PARAM_START_METHOD)
+
+# infercore's own python backend setting: where models that do not choose run
+EXECUTION_MODE = "execution-mode"
 
 # Triton's python backend settings (--backend-config=python,<key>=<value>), same defaults
 SHM_DEFAULT_BYTE_SIZE = "shm-default-byte-size"
@@ -93,9 +97,12 @@ class Isolation:
 
 
 def isolation_from_config(
-    config: model_config_pb2.ModelConfig, model_name: str
+    config: model_config_pb2.ModelConfig, model_name: str, default_mode: str = MODE_THREAD
 ) -> Isolation | None:
     """The model's isolation settings; None when its instances run in-thread.
+
+    ``default_mode`` applies to a model whose config does not choose (the server-wide
+    ``--backend-config=python,execution-mode=...``).
 
     Raises:
         InvalidArgumentError: an unknown ``infercore.execution_mode``/``worker_*`` parameter
@@ -108,7 +115,7 @@ def isolation_from_config(
             _config_error(model_name, f"unknown parameter '{key}'; process isolation reads "
                                       f"'{PARAM_EXECUTION_MODE}' and '{PARAM_START_METHOD}'")
     mode = parameters[PARAM_EXECUTION_MODE].string_value if (
-        PARAM_EXECUTION_MODE in parameters) else MODE_THREAD
+        PARAM_EXECUTION_MODE in parameters) else default_mode
     if mode not in (MODE_THREAD, MODE_PROCESS):
         _config_error(model_name, f"parameter '{PARAM_EXECUTION_MODE}' must be "
                                   f"'{MODE_THREAD}' or '{MODE_PROCESS}', not '{mode}'")
@@ -123,6 +130,20 @@ def isolation_from_config(
                                       f"'{PARAM_EXECUTION_MODE}' set to '{MODE_PROCESS}'")
         return None
     return Isolation(method)
+
+
+def default_execution_mode(backend_config: Mapping[str, str]) -> str:
+    """The server-wide ``execution-mode`` python backend setting (default: thread).
+
+    Raises:
+        InvalidArgumentError: a value other than thread or process.
+    """
+    mode = backend_config.get(EXECUTION_MODE, MODE_THREAD)
+    if mode not in (MODE_THREAD, MODE_PROCESS):
+        raise InvalidArgumentError(
+            f"python backend setting '{EXECUTION_MODE}' must be '{MODE_THREAD}' or "
+            f"'{MODE_PROCESS}', not '{mode}'")
+    return mode
 
 
 def _config_error(model_name: str, text: str) -> None:
