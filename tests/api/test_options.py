@@ -77,7 +77,8 @@ FLAG_FIELDS = {
     "model_load_gpu_limit": "model_load_device_limits",
 }
 # Flags of the network frontends: Server.serve_http / serve_grpc / serve_metrics take them.
-FRONTEND_GROUPS = {"HTTP", "GRPC", "Shared Memory"}
+# groups of the process, not of the Server: its frontends, and the supervisor around it
+FRONTEND_GROUPS = {"HTTP", "GRPC", "Shared Memory", "Supervisor"}
 FRONTEND_FLAGS = {"metrics_address", "metrics_port", "help"}
 
 
