@@ -72,12 +72,16 @@ class Http:
 @dataclass(frozen=True)
 class Grpc:
     """One unary call of ``inference.GRPCInferenceService``: ``method`` (``"ModelInfer"``)
-    and its request in protobuf's JSON form; ``raw`` becomes ``raw_input_contents``."""
+    and its request in protobuf's JSON form; ``raw`` becomes ``raw_input_contents``.
+    A method the service does not have (or a full ``/package.Service/Method`` path) is
+    called with an empty message, and only its status is the answer. ``compression``
+    (``"gzip"``, ``"deflate"``) compresses the request message."""
 
     method: str
     request: Mapping[str, Any] = field(default_factory=dict)
     raw: Sequence[bytes] = ()
     metadata: Sequence[tuple[str, str]] = ()
+    compression: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class GrpcStream:
     requests: Sequence[Mapping[str, Any]]
     raw: Sequence[Sequence[bytes]] = ()
     metadata: Sequence[tuple[str, str]] = ()
+    compression: str | None = None  # as Grpc's
 
 
 @dataclass(frozen=True)

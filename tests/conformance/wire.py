@@ -194,7 +194,14 @@ def _as_dict(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
+_COMPRESSION = {None: None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
+
+
 def _grpc(endpoint: Endpoint, step: Grpc) -> dict[str, Any]:
+    metadata = [(k, endpoint.fill(v)) for k, v in step.metadata] or None
+    compression = _COMPRESSION[step.compression]
+    if step.method.startswith("/") or step.method not in _SERVICE.methods_by_name:
+        return _grpc_unknown(endpoint, step, metadata, compression)
     request_cls, response_cls = _types(step.method)
     call = endpoint.channel().unary_unary(
         f"/inference.GRPCInferenceService/{step.method}",
@@ -202,11 +209,25 @@ def _grpc(endpoint: Endpoint, step: Grpc) -> dict[str, Any]:
         response_deserializer=response_cls.FromString)
     request = _message(endpoint, request_cls, step.request, step.raw)
     try:
-        response = call(request, timeout=STEP_TIMEOUT_S,
-                        metadata=[(k, endpoint.fill(v)) for k, v in step.metadata] or None)
+        response = call(request, timeout=STEP_TIMEOUT_S, metadata=metadata,
+                        compression=compression)
     except grpc.RpcError as error:
         return {"code": error.code().name, "details": error.details()}
     return {"code": "OK", "response": _as_dict(response)}
+
+
+def _grpc_unknown(endpoint: Endpoint, step: Grpc, metadata: Any, compression: Any
+                  ) -> dict[str, Any]:
+    """A method the service does not declare: an empty message, and the status."""
+    path = step.method if step.method.startswith("/") else (
+        f"/inference.GRPCInferenceService/{step.method}")
+    call = endpoint.channel().unary_unary(path)  # bytes in, bytes out
+    try:
+        response = call(b"", timeout=STEP_TIMEOUT_S, metadata=metadata,
+                        compression=compression)
+    except grpc.RpcError as error:
+        return {"code": error.code().name, "details": error.details()}
+    return {"code": "OK", "response": _bytes_digest(response)}
 
 
 def _grpc_stream(endpoint: Endpoint, step: GrpcStream) -> dict[str, Any]:
@@ -221,7 +242,8 @@ def _grpc_stream(endpoint: Endpoint, step: GrpcStream) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     try:
         for response in call(iter(requests), timeout=STEP_TIMEOUT_S,
-                             metadata=[(k, endpoint.fill(v)) for k, v in step.metadata] or None):
+                             metadata=[(k, endpoint.fill(v)) for k, v in step.metadata] or None,
+                             compression=_COMPRESSION[step.compression]):
             messages.append(_as_dict(response))
     except grpc.RpcError as error:
         return {"code": error.code().name, "details": error.details(), "stream": messages}
