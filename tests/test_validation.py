@@ -10,7 +10,9 @@ from tritonclient.grpc import model_config_pb2
 from infercore.errors import InvalidArgumentError
 from infercore.request import InferRequest
 from infercore.tensor import DataType, Tensor
-from infercore.validation import RequestValidator
+from infercore.validation import RawInput, RequestValidator
+
+P = "[request id: <id_unknown>] "  # Triton's core prefixes its request errors
 
 BATCH_NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
@@ -42,9 +44,6 @@ input [
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
-
-# Triton labels what its core finds in a request with the request's id
-LABEL = "[request id: <id_unknown>] "
 
 def _config(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
@@ -87,27 +86,26 @@ def _error(validator: RequestValidator, request: InferRequest) -> str:
 def test_missing_required_inputs_are_named():
     validator = RequestValidator(_config(THREE_INPUTS))
     message = _error(validator, _request({"INPUT0": _fp32(4)}))
-    assert message == (
-        LABEL + "expected 3 inputs but got 1 inputs for model 'm'. Got input(s) ['INPUT0'], but "
+    assert message == P + (
+        "expected 3 inputs but got 1 inputs for model 'm'. Got input(s) ['INPUT0'], but "
         "missing required input(s) ['INPUT1','INPUT2']. Please provide all required input(s)."
     )
 
 
-def test_missing_inputs_message_lists_given_inputs_in_request_order():
+def test_missing_inputs_message_lists_given_inputs_in_tritons_map_order():
     validator = RequestValidator(_config(THREE_INPUTS))
     message = _error(validator, _request({"INPUT2": _fp32(4), "INPUT0": _fp32(4)}))
-    assert message == (
-        LABEL + "expected 3 inputs but got 2 inputs for model 'm'. Got input(s) "
-        "['INPUT2','INPUT0'], but missing required input(s) ['INPUT1']. Please provide all "
-        "required input(s)."
+    assert message == P + (
+        "expected 3 inputs but got 2 inputs for model 'm'. Got input(s) ['INPUT0','INPUT2'], "
+        "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
     )
 
 
 def test_request_without_any_inputs_names_every_required_input():
     validator = RequestValidator(_config(THREE_INPUTS))
     message = _error(validator, _request({}))
-    assert message == (
-        LABEL + "expected 3 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing "
+    assert message == P + (
+        "expected 3 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing "
         "required input(s) ['INPUT0','INPUT1','INPUT2']. Please provide all required input(s)."
     )
 
@@ -115,9 +113,9 @@ def test_request_without_any_inputs_names_every_required_input():
 def test_missing_required_input_with_optional_inputs_gives_a_range():
     validator = RequestValidator(_config(WITH_OPTIONAL))
     message = _error(validator, _request({"INPUT0": _fp32(4), "OPT": _fp32(4)}))
-    assert message == (
-        LABEL + "expected number of inputs between 3 and 4 but got 2 inputs for model 'm'. Got "
-        "input(s) ['INPUT0','OPT'], but missing required input(s) ['INPUT1','INPUT2']. "
+    assert message == P + (
+        "expected number of inputs between 3 and 4 but got 2 inputs for model 'm'. Got "
+        "input(s) ['OPT','INPUT0'], but missing required input(s) ['INPUT1','INPUT2']. "
         "Please provide all required input(s)."
     )
 
@@ -146,9 +144,18 @@ def test_validator_tables_reflect_the_config():
     assert spec.reshape is None
 
 
-def test_unexpected_input_is_rejected():
+def test_an_input_too_many_is_refused_by_count_with_an_empty_missing_list():
     validator = _one_input("[ 4 ]")
     message = _error(validator, _request({"INPUT0": _fp32(4), "EXTRA": _fp32(4)}))
+    assert message == P + (
+        "expected 1 inputs but got 2 inputs for model 'm'. Got input(s) ['EXTRA','INPUT0'], "
+        "but missing required input(s) ]. Please provide all required input(s).")
+
+
+def test_unexpected_input_within_the_count_is_rejected_without_prefix():
+    validator = RequestValidator(_config(WITH_OPTIONAL))
+    message = _error(validator, _request(
+        {"INPUT0": _fp32(4), "INPUT1": _fp32(4), "INPUT2": _fp32(4), "EXTRA": _fp32(4)}))
     assert message == "unexpected inference input 'EXTRA' for model 'm'"
 
 
@@ -164,8 +171,8 @@ def test_unexpected_input_replacing_a_required_one_is_rejected_as_unexpected():
 def test_datatype_mismatch_is_rejected():
     validator = _one_input("[ 4 ]")
     request = _request({"INPUT0": Tensor.from_object(np.zeros(4, dtype=np.float64))})
-    assert _error(validator, request) == (
-        LABEL + "inference input 'INPUT0' data-type is 'FP64', but model 'm' expects 'FP32'"
+    assert _error(validator, request) == P + (
+        "inference input 'INPUT0' data-type is 'FP64', but model 'm' expects 'FP32'"
     )
 
 
@@ -177,8 +184,8 @@ def test_bytes_input_matches_type_string():
 def test_bytes_given_for_numeric_input_is_rejected():
     validator = _one_input("[ 2 ]", data_type="TYPE_INT32")
     message = _error(validator, _request({"INPUT0": Tensor.from_object([b"a", b"b"])}))
-    assert message == (LABEL + "inference input 'INPUT0' data-type is 'BYTES', but model 'm' "
-                       "expects 'INT32'")
+    assert message == P + (
+        "inference input 'INPUT0' data-type is 'BYTES', but model 'm' expects 'INT32'")
 
 
 # -- shapes ----------------------------------------------------------------------------
@@ -186,41 +193,38 @@ def test_bytes_given_for_numeric_input_is_rejected():
 
 def test_shape_mismatch_without_batching_has_no_note():
     validator = _one_input("[ 4 ]")
-    assert _error(validator, _request({"INPUT0": _fp32(5)})) == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [5]."
+    assert _error(validator, _request({"INPUT0": _fp32(5)})) == P + (
+        "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [5]. "
     )
 
 
 def test_shape_rank_mismatch_without_batching_is_rejected():
     validator = _one_input("[ 4 ]")
-    assert _error(validator, _request({"INPUT0": _fp32(1, 4)})) == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [1,4]."
+    assert _error(validator, _request({"INPUT0": _fp32(1, 4)})) == P + (
+        "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [1,4]. "
     )
 
 
 def test_shape_mismatch_with_batching_appends_the_batch_note():
     validator = _one_input("[ 4 ]", max_batch_size=8)
-    assert _error(validator, _request({"INPUT0": _fp32(2, 5)})) == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [2,5]."
+    assert _error(validator, _request({"INPUT0": _fp32(2, 5)})) == P + (
+        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [2,5]."
         + BATCH_NOTE
     )
 
 
 def test_input_without_batch_dim_on_batching_model_gets_the_note():
     validator = _one_input("[ 4 ]", max_batch_size=8)
-    assert _error(validator, _request({"INPUT0": _fp32(4)})) == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [4]."
-        + BATCH_NOTE
+    assert _error(validator, _request({"INPUT0": _fp32(4)})) == P + (
+        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got [4]." + BATCH_NOTE
     )
 
 
-def test_scalar_input_on_batching_model_is_a_shape_error():
+def test_scalar_input_on_batching_model_has_no_batch_dim():
     validator = _one_input("[ 4 ]", max_batch_size=8)
     message = _error(validator, _request({"INPUT0": _fp32()}))
-    assert message == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,4], got []."
-        + BATCH_NOTE
-    )
+    assert message == P + (
+        "input 'INPUT0' has no shape but model requires batch dimension for 'm'")
 
 
 @pytest.mark.parametrize("shape", [(1, 3), (7, 3), (100, 3)])
@@ -231,8 +235,8 @@ def test_variable_dims_accept_any_size(shape):
 
 def test_variable_dims_still_check_fixed_dims_and_rank():
     validator = _one_input("[ -1, 3 ]")
-    assert _error(validator, _request({"INPUT0": _fp32(5, 4)})) == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,3], got [5,4]."
+    assert _error(validator, _request({"INPUT0": _fp32(5, 4)})) == P + (
+        "unexpected shape for input 'INPUT0' for model 'm'. Expected [-1,3], got [5,4]. "
     )
     assert "Expected [-1,3], got [5]." in _error(validator, _request({"INPUT0": _fp32(5)}))
 
@@ -277,15 +281,15 @@ def test_batch_sizes_up_to_max_batch_size_are_accepted(batch):
 
 def test_batch_size_above_max_batch_size_is_rejected():
     validator = _one_input("[ 4 ]", max_batch_size=8)
-    assert _error(validator, _request({"INPUT0": _fp32(9, 4)})) == (
+    assert _error(validator, _request({"INPUT0": _fp32(9, 4)})) == P + (
         "inference request batch-size must be <= 8 for 'm'"
     )
 
 
-def test_batch_size_zero_is_rejected():
+def test_batch_size_zero_leaves_the_batch_dim_out_of_the_expected_size():
     validator = _one_input("[ 4 ]", max_batch_size=8)
-    assert _error(validator, _request({"INPUT0": _fp32(0, 4)})) == (
-        "inference request batch-size must be >= 1 for 'm'"
+    assert _error(validator, _request({"INPUT0": _fp32(0, 4)})) == P + (
+        "input byte size mismatch for input 'INPUT0' for model 'm'. Expected 16, got 0"
     )
 
 
@@ -299,7 +303,8 @@ def test_inputs_with_different_batch_sizes_are_rejected():
         )
     )
     message = _error(validator, _request({"A": _fp32(2, 4), "B": _fp32(3, 4)}))
-    assert message == "input 'B' batch size does not match other inputs for 'm'"
+    # Triton walks B first (its map's order): A is the one that does not match
+    assert message == P + "input 'A' batch size does not match other inputs for 'm'"
 
 
 def test_inputs_with_the_same_batch_size_are_accepted():
@@ -374,8 +379,8 @@ def test_reshape_resolves_a_variable_dim_from_the_element_count():
 def test_shape_is_checked_against_dims_not_reshape():
     validator = _one_input("[ 4 ]", extra="reshape: { shape: [ 2, 2 ] }")
     message = _error(validator, _request({"INPUT0": _fp32(2, 2)}))
-    assert message == (
-        LABEL + "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [2,2]."
+    assert message == P + (
+        "unexpected shape for input 'INPUT0' for model 'm'. Expected [4], got [2,2]. "
     )
 
 
@@ -401,3 +406,76 @@ def test_validation_without_reshape_leaves_input_tensors_untouched():
     request = _request({"INPUT0": tensor})
     validator.validate(request)
     assert request.inputs["INPUT0"] is tensor
+
+
+# -- Triton's order of checks, and inputs whose data does not fit --------------------------
+
+
+def test_the_request_id_is_in_the_prefix():
+    validator = _one_input("[ 4 ]")
+    message = _error(validator, _request({"INPUT0": _fp32(5)}, id="req-9"))
+    assert message.startswith("[request id: req-9] unexpected shape")
+
+
+def test_duplicate_requested_outputs_are_refused():
+    validator = _one_input("[ 4 ]")
+    request = _request({"INPUT0": _fp32(4)}, requested_outputs=["OUTPUT0", "OUTPUT0"])
+    assert _error(validator, request) == "output 'OUTPUT0' already requested"
+
+
+def test_the_least_unknown_output_is_named_before_any_input_problem():
+    validator = _one_input("[ 4 ]")
+    request = _request({}, requested_outputs=["ZZ", "AA", "OUTPUT0"])
+    assert _error(validator, request) == "unexpected inference output 'AA' for model 'm'"
+
+
+def test_an_input_of_the_wrong_size_is_refused_after_the_shape_checks():
+    validator = RequestValidator(_config(THREE_INPUTS))
+    request = _request({"INPUT0": RawInput(DataType.FP32, (4,), 12), "INPUT1": _fp32(4),
+                        "INPUT2": _fp32(5)})
+    assert "unexpected shape for input 'INPUT2'" in _error(validator, request)
+    request.inputs["INPUT2"] = _fp32(4)
+    assert _error(validator, request) == P + (
+        "input byte size mismatch for input 'INPUT0' for model 'm'. Expected 16, got 12")
+
+
+def test_an_unknown_datatype_is_named_invalid():
+    validator = _one_input("[ 4 ]")
+    request = _request({"INPUT0": RawInput(None, (4,), 16)})
+    assert _error(validator, request) == P + (
+        "inference input 'INPUT0' data-type is '<invalid>', but model 'm' expects 'FP32'")
+
+
+def test_a_wildcard_dim_in_a_request_is_refused():
+    validator = _one_input("[ -1 ]")
+    request = _request({"INPUT0": RawInput(DataType.FP32, (-1,), 4)})
+    assert _error(validator, request) == P + (
+        "All input dimensions should be specified for input 'INPUT0' for model 'm', got [-1]")
+
+
+def test_a_negative_batch_dim_is_read_as_tritons_uint32_batch_size():
+    validator = _one_input("[ 2 ]", max_batch_size=4)
+    request = _request({"INPUT0": RawInput(DataType.FP32, (-1, 2), 8)})
+    assert _error(validator, request) == P + (
+        "input byte size mismatch for input 'INPUT0' for model 'm'. Expected 34359738360, "
+        "got 8")
+
+
+@pytest.mark.parametrize(("data", "shape", "message"), [
+    (b"\x01\x00\x00\x00a\x09\x00\x00\x00bc", (2,),
+     "incomplete string data for inference input 'INPUT0', expecting string of length 9 "
+     "but only 2 bytes available"),
+    (b"\x01\x00", (1,),
+     P + "incomplete string length indicator for inference input 'INPUT0' for model 'm', "
+     "expecting 4 bytes but only 2 bytes available. Please make sure the string length "
+     "indicator is in one buffer."),
+    (b"\x01\x00\x00\x00a\x01\x00\x00\x00b", (1,),
+     P + "unexpected number of string elements 2 for inference input 'INPUT0' for model 'm', "
+     "expecting 1"),
+    (b"\x01\x00\x00\x00a", (2,),
+     P + "expected 2 string elements for inference input 'INPUT0' for model 'm', got 1"),
+])
+def test_malformed_bytes_data_gets_tritons_message(data, shape, message):
+    validator = _one_input("[ -1 ]", data_type="TYPE_STRING")
+    request = _request({"INPUT0": RawInput(DataType.BYTES, shape, len(data), data)})
+    assert _error(validator, request) == message

@@ -3,28 +3,48 @@
 ``RequestValidator`` is made per loaded model version from its (normalised) config; its
 ``validate`` runs on the caller's thread for every request, so all per-model work (the
 input table, datatype lookups, output names, message fragments) happens in ``__init__``.
-Messages keep Triton's wording, which clients match on.
+
+The checks, their order and their messages are those of Triton's core
+(``InferenceRequest::Normalize`` and the input data checks after it), which clients
+match on: the requested outputs, the input count, the batch dimension, each input's
+datatype and shape, then each input's data size. Triton walks the inputs in the order of
+its ``std::unordered_map`` (``triton_order``); a request that validates does not care, so
+the checks run in the request's order and only a failing request is checked again in
+Triton's, to name the input Triton names. Messages from the core carry Triton's
+``[request id: <id>] `` label (``request_label``); the name lookups do not.
+
+Frontends hand inputs whose data does not fit the shape and datatype they declare (a
+size mismatch, a negative dimension, an unknown datatype, malformed BYTES data) as
+``RawInput``: the validator refuses them at Triton's point, with Triton's message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from .errors import InvalidArgumentError
 from .request import InferRequest, request_label
 from .tensor import DataType, Tensor
+from .triton_order import triton_order
 
-__all__ = ["InputSpec", "RequestValidator", "datatype_mismatch"]
+__all__ = ["InputSpec", "RawInput", "RequestValidator", "datatype_mismatch"]
 
 _BATCH_NOTE = (
-    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
     "dimension to be prepended to each input shape. If you want to specify the full shape "
     "including the batch dim in your input dims config, try setting max_batch_size to zero. "
     "See the model configuration docs for more info on max_batch_size."
 )
+_UINT32 = 0xFFFFFFFF
+_INT64 = 1 << 64
+
+
+def dims_text(dims: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
 
 
 def datatype_mismatch(label: str, name: str, got: str, model: str, want: str) -> str:
@@ -33,8 +53,35 @@ def datatype_mismatch(label: str, name: str, got: str, model: str, want: str) ->
             f"expects '{want}'")
 
 
-def dims_text(dims: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in dims) + "]"
+def _int64(value: int) -> int:
+    """``value`` as a wrapped signed 64-bit integer (Triton's int64_t arithmetic)."""
+    value %= _INT64
+    return value - _INT64 if value >= _INT64 >> 1 else value
+
+
+def _int32(value: int) -> int:
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+class RawInput(Tensor):
+    """An input as a frontend received it, when its data does not fit the shape and
+    datatype it declares: ``data_type`` None for a datatype Triton does not know,
+    ``byte_size`` the data's size, ``data`` the bytes of a BYTES input. Validation always
+    refuses it; it never reaches a backend."""
+
+    __slots__ = ("declared_shape", "byte_size", "data")
+
+    def __init__(self, data_type: DataType | None, shape: Sequence[int], byte_size: int,
+                 data: bytes | memoryview | None = None) -> None:
+        # data_type None (an unknown datatype) is a RawInput's alone: validation stops it
+        super().__init__(data_type, np.empty(0, np.uint8))  # type: ignore[arg-type]
+        self.declared_shape = tuple(int(d) for d in shape)
+        self.byte_size = byte_size
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.declared_shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +94,6 @@ class InputSpec:
     reshape: tuple[int, ...] | None  # what the backend sees (without batch dim)
     optional: bool
     fixed: bool  # no -1 in dims
-
-    def matches(self, shape: tuple[int, ...]) -> bool:
-        dims = self.dims
-        if len(shape) != len(dims):
-            return False
-        for got, want in zip(shape, dims, strict=False):
-            if want != -1 and got != want:
-                return False
-        return True
 
 
 class RequestValidator:
@@ -82,91 +120,170 @@ class RequestValidator:
 
     def validate(self, request: InferRequest) -> None:
         """Raise InvalidArgumentError unless ``request`` fits the model; set its batch size."""
-        inputs = request.inputs
-        specs = self.inputs
-        model = self.model_name
-        # Triton's core labels what it finds in the inputs with the request's id (not an
-        # unknown input's name, checked before it labels).
-        if len(inputs) != len(specs) or not inputs.keys() <= specs.keys():
-            self._check_input_names(inputs, request.id)
-        batching = self.max_batch_size > 0
-        batch_size = 0
-        for name, tensor in inputs.items():
-            spec = specs[name]
-            if tensor.data_type is not spec.data_type:
-                raise InvalidArgumentError(datatype_mismatch(
-                    request_label(request.id), name, tensor.data_type.value, model,
-                    spec.data_type.value))
-            shape = tensor.shape
-            if batching:
-                if not shape:
-                    raise InvalidArgumentError(self._shape_message(request, name, spec, shape))
-                this_batch = shape[0]
-                if batch_size == 0:
-                    batch_size = this_batch
-                elif this_batch != batch_size:
-                    raise InvalidArgumentError(
-                        f"input '{name}' batch size does not match other inputs for '{model}'"
-                    )
-                item_shape = shape[1:]
-            else:
-                item_shape = shape
-            if item_shape != spec.dims and not spec.matches(item_shape):  # equal: fixed dims
-                raise InvalidArgumentError(self._shape_message(request, name, spec, shape))
-        if batching:
-            if batch_size < 1 or batch_size > self.max_batch_size:
-                raise InvalidArgumentError(
-                    f"inference request batch-size must be <= {self.max_batch_size} for "
-                    f"'{model}'"
-                    if batch_size > self.max_batch_size
-                    else f"inference request batch-size must be >= 1 for '{model}'"
-                )
-        request.batch_size = batch_size if batching else 1
         wanted = request.requested_outputs
         if wanted is not None:
-            for name in wanted:
-                if name not in self.output_names:
-                    raise InvalidArgumentError(
-                        f"unexpected inference output '{name}' for model '{model}'"
-                    )
+            self._check_outputs(wanted)
+        inputs = request.inputs
+        try:
+            batch_size = self._check_inputs(inputs, request.id)
+        except InvalidArgumentError as first:
+            if len(inputs) < 2:
+                raise
+            # Name what Triton names: check again in the order Triton walks the inputs.
+            ordered = {name: inputs[name] for name in triton_order(inputs)}
+            self._check_inputs(ordered, request.id)
+            raise first from None  # not reached: the same checks fail in any order
+        request.batch_size = batch_size
         if self._needs_reshape:
             self._apply_reshape(request)
 
-    def _check_input_names(self, inputs: dict[str, Tensor], request_id: str) -> None:
-        model = self.model_name
-        for name in inputs:
-            if name not in self.inputs:
-                raise InvalidArgumentError(
-                    f"unexpected inference input '{name}' for model '{model}'"
-                )
-        missing = [name for name in self.required if name not in inputs]
-        if missing:
-            total = len(self.inputs)
-            required = len(self.required)
-            if total == required:
-                expected = f"expected {total} inputs"
-            else:
-                expected = f"expected number of inputs between {required} and {total}"
-            got = ",".join(f"'{name}'" for name in inputs)
-            missing_text = ",".join(f"'{name}'" for name in missing)
+    def _check_outputs(self, wanted: Sequence[str]) -> None:
+        if len(set(wanted)) != len(wanted):
+            # Current Triton refuses duplicate output names (core PR #493); 2.51 merged them.
+            seen: set[str] = set()
+            for name in wanted:
+                if name in seen:
+                    raise InvalidArgumentError(f"output '{name}' already requested")
+                seen.add(name)
+        names = self.output_names
+        unknown = [name for name in wanted if name not in names]
+        if unknown:  # Triton keeps requested outputs in a std::set: the least name first
             raise InvalidArgumentError(
-                f"{request_label(request_id)}{expected} but got {len(inputs)} inputs for model "
-                f"'{model}'. Got input(s) "
-                f"[{got}], but missing required input(s) [{missing_text}]. Please provide all "
-                "required input(s)."
-            )
+                f"unexpected inference output '{min(unknown)}' for model '{self.model_name}'")
 
-    def _shape_message(self, request: InferRequest, name: str, spec: InputSpec,
-                       shape: tuple[int, ...]) -> str:
-        expected = ((-1,) + spec.dims) if self.max_batch_size > 0 else spec.dims
-        message = (
-            f"{request_label(request.id)}unexpected shape for input '{name}' for model "
-            f"'{self.model_name}'. Expected "
-            f"{dims_text(expected)}, got {dims_text(shape)}."
-        )
-        if self.max_batch_size > 0:
-            message += _BATCH_NOTE
-        return message
+    def _check_inputs(self, inputs: Mapping[str, Tensor], request_id: str) -> int:
+        """Triton's checks of the inputs in the order of ``inputs``; the batch size."""
+        specs = self.inputs
+        model = self.model_name
+        count = len(inputs)
+        if count > len(specs) or count < len(self.required):
+            raise InvalidArgumentError(self._count_message(inputs, request_id))
+        batching = self.max_batch_size > 0
+        batch = 0  # Triton's uint32_t batch_size_
+        irregular = False  # batch 0, or a batch dim that is not the uint32 batch size
+        if batching:
+            for name, tensor in inputs.items():
+                if name not in specs:
+                    raise InvalidArgumentError(
+                        f"unexpected inference input '{name}' for model '{model}'")
+                shape = tensor.shape
+                if not shape:
+                    raise InvalidArgumentError(
+                        f"{request_label(request_id)}input '{name}' has no shape but model "
+                        f"requires batch dimension for '{model}'")
+                if batch == 0:
+                    batch = shape[0] & _UINT32
+                elif shape[0] != batch:
+                    raise InvalidArgumentError(
+                        f"{request_label(request_id)}input '{name}' batch size does not "
+                        f"match other inputs for '{model}'")
+                if not 0 < shape[0] <= _UINT32:  # a batch dim the batch size may differ from
+                    irregular = True
+            if _int32(batch) > self.max_batch_size:
+                raise InvalidArgumentError(
+                    f"{request_label(request_id)}inference request batch-size must be <= "
+                    f"{self.max_batch_size} for '{model}'")
+            irregular = irregular or batch == 0
+        raw = False
+        for name, tensor in inputs.items():
+            spec = specs.get(name)
+            if spec is None:
+                raise InvalidArgumentError(
+                    f"unexpected inference input '{name}' for model '{model}'")
+            if tensor.data_type is not spec.data_type:
+                got = tensor.data_type.value if tensor.data_type is not None else "<invalid>"
+                raise InvalidArgumentError(datatype_mismatch(
+                    request_label(request_id), name, got, model, spec.data_type.value))
+            shape = tensor.shape
+            item = shape[1:] if batching else shape
+            if not spec.fixed or item != spec.dims:  # fixed and equal: the common case
+                self._check_dims(name, spec, item, shape, request_id)
+            raw = raw or type(tensor) is RawInput
+        if irregular or raw:
+            for name, tensor in inputs.items():
+                self._check_data(name, tensor, batch if batching else None, request_id)
+        if not batching:
+            return 1
+        if batch == 0:  # Triton would run such a request with no batch at all
+            raise InvalidArgumentError(
+                f"inference request batch-size must be >= 1 for '{model}'")
+        return batch
+
+    def _count_message(self, inputs: Mapping[str, Tensor], request_id: str) -> str:
+        total = len(self.inputs)
+        required = len(self.required)
+        if total == required:
+            expected = f"expected {total} inputs"
+        else:
+            expected = f"expected number of inputs between {required} and {total}"
+        got = ",".join(f"'{name}'" for name in inputs)
+        missing = [f"'{name}'" for name in self.required if name not in inputs]
+        # Triton drops the last character of the list it built: the '[' when it is empty
+        missing_text = "[" + ",".join(missing) + "]" if missing else "]"
+        return (f"{request_label(request_id)}{expected} but got {len(inputs)} inputs for "
+                f"model '{self.model_name}'. Got input(s) [{got}], but missing required "
+                f"input(s) {missing_text}. Please provide all required input(s).")
+
+    def _check_dims(self, name: str, spec: InputSpec, item: tuple[int, ...],
+                    shape: tuple[int, ...], request_id: str) -> None:
+        dims = spec.dims
+        if len(item) == len(dims):
+            for got, want in zip(item, dims, strict=True):
+                if got == -1:
+                    raise InvalidArgumentError(
+                        f"{request_label(request_id)}All input dimensions should be "
+                        f"specified for input '{name}' for model '{self.model_name}', got "
+                        f"{dims_text(shape)}")
+                if want != -1 and got != want:
+                    break
+            else:
+                return
+        batching = self.max_batch_size > 0
+        expected = ((-1,) + dims) if batching else dims
+        raise InvalidArgumentError(
+            f"{request_label(request_id)}unexpected shape for input '{name}' for model "
+            f"'{self.model_name}'. Expected {dims_text(expected)}, got {dims_text(shape)}. "
+            + (_BATCH_NOTE if batching else ""))
+
+    def _check_data(self, name: str, tensor: Tensor, batch: int | None,
+                    request_id: str) -> None:
+        """Triton's data checks of one input whose size its shape does not vouch for;
+        ``batch`` is the request's batch size (None: the model does not batch)."""
+        shape = tensor.shape
+        if batch is not None:  # Triton's shape with the batch dim: none for batch 0
+            shape = ((batch,) if batch else ()) + shape[1:]
+        count = 1
+        for dim in shape:
+            count *= dim
+        prefix = request_label(request_id)
+        model = self.model_name
+        raw = tensor if isinstance(tensor, RawInput) else None
+        declared = 1  # what the input's own shape asks for, should Triton's sums fit
+        for dim in tensor.shape:
+            declared *= dim
+        problem: str | None
+        if tensor.data_type is DataType.BYTES:
+            if raw is not None:
+                data = raw.data if raw.data is not None else b""
+                problem = (_bytes_problem(data, count, name, model, prefix)
+                           or _bytes_problem(data, declared, name, model, prefix)
+                           or f"{prefix}unexpected BYTES data for inference input '{name}' "
+                              f"for model '{model}'")  # a RawInput is always refused
+            else:
+                problem = _bytes_count_problem(tensor.element_count, count, name, model,
+                                               prefix)
+            if problem is not None:
+                raise InvalidArgumentError(problem)
+            return
+        size = tensor.data_type.byte_size
+        expected = _int64(count * size)
+        got = raw.byte_size if raw is not None else tensor.size
+        if raw is not None and expected == got:
+            expected = _int64(declared * size)
+        if expected != got or raw is not None:  # a RawInput is always refused
+            raise InvalidArgumentError(
+                f"{prefix}input byte size mismatch for input '{name}' for model '{model}'. "
+                f"Expected {expected}, got {got}")
 
     def _apply_reshape(self, request: InferRequest) -> None:
         batching = self.max_batch_size > 0
@@ -177,3 +294,41 @@ class RequestValidator:
             # numpy resolves a single -1 (variable) reshape dim from the element count
             target = ((tensor.shape[0],) + reshape) if batching else reshape
             request.inputs[name] = tensor.reshape(target)
+
+
+def _bytes_problem(data: bytes | memoryview, count: int, name: str, model: str,
+                   prefix: str) -> str | None:
+    """What Triton says of BYTES data (each element a uint32 length, then its bytes)
+    meant to hold ``count`` elements; None when it does."""
+    view = memoryview(data).cast("B")
+    total = len(view)
+    offset = 0
+    found = 0
+    while offset < total:
+        if found >= count:
+            return (f"{prefix}unexpected number of string elements {found + 1} for inference "
+                    f"input '{name}' for model '{model}', expecting {count}")
+        if total - offset < 4:
+            return (f"{prefix}incomplete string length indicator for inference input "
+                    f"'{name}' for model '{model}', expecting 4 bytes but only "
+                    f"{total - offset} bytes available. Please make sure the string length "
+                    "indicator is in one buffer.")
+        length = int.from_bytes(view[offset:offset + 4], "little")
+        offset += 4
+        if total - offset < length:
+            return (f"incomplete string data for inference input '{name}', expecting string "
+                    f"of length {length} but only {total - offset} bytes available")
+        offset += length
+        found += 1
+    return _bytes_count_problem(found, count, name, model, prefix)
+
+
+def _bytes_count_problem(found: int, count: int, name: str, model: str,
+                         prefix: str) -> str | None:
+    if found > count:
+        return (f"{prefix}unexpected number of string elements {count + 1} for inference "
+                f"input '{name}' for model '{model}', expecting {count}")
+    if found < count:
+        return (f"{prefix}expected {count} string elements for inference input '{name}' "
+                f"for model '{model}', got {found}")
+    return None
