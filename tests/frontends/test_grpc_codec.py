@@ -24,6 +24,7 @@ from infercore import (
 from infercore.frontends.grpc_codec import OutputSpec, decode_request, parse_version
 from infercore.frontends.grpc_encode import encode_response, serialize_response
 from infercore.frontends.shm import SystemSharedMemory
+from infercore.validation import RawInput
 
 
 def request_with(**inputs: np.ndarray) -> pb.ModelInferRequest:
@@ -66,14 +67,25 @@ def test_bytes_and_half_precision_travel_raw(registry):
     np.testing.assert_array_equal(request.inputs["G"].to_numpy(), brain)
 
 
-def test_a_wrong_raw_size_names_the_input_the_model_and_both_sizes(registry):
-    request = request_with(A=np.zeros(4, np.float32))
+def test_data_that_does_not_fit_its_shape_is_left_to_the_models_validation(registry):
+    # Triton's core checks sizes after names, batch, datatypes and shapes: the decoder
+    # hands such inputs on as they came.
+    request = request_with(A=np.zeros(4, np.float32), B=np.zeros(1, np.float32))
     request.raw_input_contents[0] = b"\x00" * 12
-    with pytest.raises(InvalidArgumentError) as raised:
-        decode_request(request, registry)
-    assert raised.value.message == (
-        "[request id: <id_unknown>] input byte size mismatch for input 'A' for model 'm'. "
-        "Expected 16, got 12")
+    request.inputs[1].shape[0] = -2
+    inputs = decode_request(request, registry).request.inputs
+    assert type(inputs["A"]) is RawInput
+    assert (inputs["A"].data_type, inputs["A"].shape, inputs["A"].byte_size) == (
+        DataType.FP32, (4,), 12)
+    assert type(inputs["B"]) is RawInput and inputs["B"].shape == (-2,)
+
+
+def test_malformed_bytes_data_is_kept_for_the_models_validation(registry):
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="A", datatype="BYTES", shape=[2])
+    request.raw_input_contents.append(b"\x01\x00\x00\x00a\x09\x00")
+    tensor = decode_request(request, registry).request.inputs["A"]
+    assert type(tensor) is RawInput and bytes(tensor.data) == b"\x01\x00\x00\x00a\x09\x00"
 
 
 def test_an_input_without_data_is_refused(registry):
@@ -83,16 +95,22 @@ def test_an_input_without_data_is_refused(registry):
         decode_request(request, registry)
 
 
-def test_unknown_datatypes_and_duplicate_inputs_are_refused(registry):
+def test_unknown_datatypes_pass_to_validation_and_duplicate_inputs_are_refused(registry):
     request = request_with(A=np.zeros(1, np.float32))
     request.inputs[0].datatype = "FP8"
-    with pytest.raises(InvalidArgumentError, match="invalid datatype 'FP8'"):
+    tensor = decode_request(request, registry).request.inputs["A"]
+    assert type(tensor) is RawInput and tensor.data_type is None  # Triton's '<invalid>'
+    request.inputs[0].contents.int_contents.append(1)
+    del request.raw_input_contents[:]
+    with pytest.raises(InvalidArgumentError, match="of type 'INT32', expected datatype "
+                                                   "'<invalid>'"):
         decode_request(request, registry)
     request = request_with(A=np.zeros(1, np.float32))
+    request.id = "r7"
     request.inputs.add(name="A", datatype="FP32", shape=[1])
-    request.raw_input_contents.append(b"\x00" * 4)
-    with pytest.raises(InvalidArgumentError, match="input 'A' already exists"):
+    with pytest.raises(InvalidArgumentError) as raised:  # before any data is looked for
         decode_request(request, registry)
+    assert raised.value.message == "[request id: r7] input 'A' already exists in request"
 
 
 @pytest.mark.parametrize(("datatype", "field", "values", "expected"), [
@@ -141,8 +159,8 @@ def test_typed_contents_conflicts_are_refused(registry):
         decode_request(request, registry)
     request = pb.ModelInferRequest(model_name="m")
     request.inputs.add(name="A", datatype="INT32", shape=[2]).contents.int_contents.append(1)
-    with pytest.raises(InvalidArgumentError, match="Expected 8, got 4"):
-        decode_request(request, registry)
+    tensor = decode_request(request, registry).request.inputs["A"]
+    assert type(tensor) is RawInput and tensor.byte_size == 4  # 1 INT32 of the 2 needed
 
 
 def test_request_parameters_set_the_request_fields_and_pass_the_rest_on(registry):

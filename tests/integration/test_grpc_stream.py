@@ -84,8 +84,7 @@ def test_errors_travel_in_band_and_the_stream_goes_on(stub):
     assert responses[0].error_message == "" and responses[4].error_message == ""
     assert responses[1].error_message == "Request for unknown model: 'no_such_model' is not found"
     assert responses[2].error_message.startswith(
-        "[request id: bad-shape] input byte size mismatch for input 'INPUT0' for model "
-        "'add_sub'")
+        "[request id: bad-shape] unexpected shape for input 'INPUT0' for model 'add_sub'")
     assert "failed to get model version" in responses[3].error_message
 
 
@@ -120,17 +119,23 @@ def test_a_decoupled_error_response_does_not_end_the_request_or_the_stream(stub)
     assert len(by_id["neg"]) == 2 and by_id["after"][0].error_message == ""
 
 
-def test_the_triton_grpc_error_header_ends_the_stream_with_the_status(stub):
+def test_the_triton_grpc_error_header_ends_the_stream_at_a_failed_response(stub):
+    header = (("triton_grpc_error", "true"),)
+    # A request that cannot start is still answered in-band, as Triton does ...
     unknown = add_sub_request("bad")
     unknown.model_name = "no_such_model"
-    call = stub.ModelStreamInfer(iter([add_sub_request("ok"), unknown, add_sub_request("x")]),
-                                 timeout=30, metadata=(("triton_grpc_error", "true"),))
-    first = next(call)
-    assert first.infer_response.id == "ok"
+    responses = list(stub.ModelStreamInfer(
+        iter([add_sub_request("ok"), unknown, add_sub_request("x")]), timeout=30,
+        metadata=header))
+    assert [r.infer_response.id for r in responses] == ["ok", "bad", "x"]
+    assert responses[1].error_message == "Request for unknown model: 'no_such_model' is not found"
+    # ... and a response that fails ends the stream with its status.
+    call = stub.ModelStreamInfer(iter([counter_request("fails", -1)]), timeout=30,
+                                 metadata=header)
     with pytest.raises(grpc.RpcError) as raised:
         list(call)
-    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
-    assert raised.value.details() == "Request for unknown model: 'no_such_model' is not found"
+    assert raised.value.code() == grpc.StatusCode.INTERNAL
+    assert raised.value.details() == "negative count"
 
 
 def test_tritonclient_stream_api_matches_responses_by_id(grpc_server):

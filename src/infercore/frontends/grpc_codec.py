@@ -27,9 +27,9 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from ..errors import InvalidArgumentError
-from ..request import InferRequest
-from ..tensor import DataType, Tensor, deserialize_bytes_tensor
-from .kserve import InputByteSizeError
+from ..request import InferRequest, request_label
+from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
+from ..validation import RawInput
 from .shm import SystemSharedMemory
 
 __all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version"]
@@ -106,22 +106,37 @@ def parse_version(text: str) -> int:
 def decode_request(
     msg: service_pb2.ModelInferRequest, shm: SystemSharedMemory
 ) -> DecodedRequest:
-    """Build the engine request for ``msg``; raises InvalidArgumentError / NotFoundError."""
+    """Build the engine request for ``msg``; raises InvalidArgumentError / NotFoundError.
+
+    In Triton's order: the request parameters, the input names, each input's data, then
+    the outputs' parameters. What the data says against its declared shape is left to the
+    model's validation (inputs that do not fit become ``RawInput``), which checks it at
+    Triton's point.
+    """
     model = msg.model_name
-    tensors: dict[str, Tensor] = {}
+    request = InferRequest(model, {}, model_version=parse_version(msg.model_version),
+                           id=msg.id)
+    empty_final = False
+    if msg.parameters:
+        empty_final = _apply_parameters(request, msg.parameters)
+    inputs = msg.inputs
+    if len(inputs) > 1:
+        seen: set[str] = set()
+        for io in inputs:
+            if io.name in seen:
+                raise InvalidArgumentError(
+                    f"{request_label(msg.id)}input '{io.name}' already exists in request")
+            seen.add(io.name)
+    if msg.outputs:
+        request.requested_outputs = tuple(out.name for out in msg.outputs)
+    tensors = request.inputs
     raw = msg.raw_input_contents
     raw_count = len(raw)
     raw_index = 0
-    for io in msg.inputs:
+    for io in inputs:
         name = io.name
-        data_type = _DATA_TYPES.get(io.datatype)
-        if data_type is None:
-            raise InvalidArgumentError(
-                f"invalid datatype '{io.datatype}' for input '{name}' of model '{model}'"
-            )
+        data_type = _DATA_TYPES.get(io.datatype)  # None: Triton's '<invalid>'
         shape = tuple(io.shape)
-        if name in tensors:
-            raise InvalidArgumentError(f"input '{name}' already exists in request")
         region = _shared_memory(io, shm) if io.parameters else None
         if region is not None:
             if io.HasField("contents"):
@@ -129,79 +144,63 @@ def decode_request(
                     f"unexpected 'content' provided when using shared memory for input tensor "
                     f"'{name}' for model '{model}'"
                 )
-            array = _from_buffer(region, data_type, shape, name, model)
+            tensor = _from_buffer(region, data_type, shape)
         elif io.HasField("contents"):
             if raw_count:
                 raise InvalidArgumentError(
                     f"contents field must not be specified when using raw_input_contents for "
                     f"'{name}' for model '{model}'"
                 )
-            array = _from_contents(io.contents, data_type, shape, name, model)
+            tensor = _from_contents(io.contents, data_type, shape, name, model)
         elif raw_index < raw_count:
-            array = _from_buffer(raw[raw_index], data_type, shape, name, model)
+            tensor = _from_buffer(raw[raw_index], data_type, shape)
             raw_index += 1
         else:
             raise InvalidArgumentError(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
-        tensors[name] = Tensor(data_type, array)
+        tensors[name] = tensor
 
-    requested: list[str] | None = None
     specs: dict[str, OutputSpec] | None = None
-    if msg.outputs:
-        requested = []
-        for out in msg.outputs:
-            requested.append(out.name)
-            if out.parameters:
-                spec = _output_spec(out)
-                if spec is not None:
-                    if specs is None:
-                        specs = {}
-                    specs[out.name] = spec
-
-    request = InferRequest(model, tensors, model_version=parse_version(msg.model_version),
-                           id=msg.id, requested_outputs=requested)
-    empty_final = False
-    if msg.parameters:
-        empty_final = _apply_parameters(request, msg.parameters)
+    for out in msg.outputs:
+        if out.parameters:
+            spec = _output_spec(out)
+            if spec is not None:
+                if specs is None:
+                    specs = {}
+                specs.setdefault(out.name, spec)
     return DecodedRequest(request, specs, empty_final)
 
 
-def _element_count(shape: tuple[int, ...], name: str, model: str) -> int:
-    if shape and min(shape) < 0:
-        raise InvalidArgumentError(
-            f"unexpected shape for input '{name}' for model '{model}': dimensions must "
-            f"be >= 0, got [{','.join(str(d) for d in shape)}]"
-        )
-    return math.prod(shape)
+def _fits(shape: tuple[int, ...]) -> bool:
+    return not shape or min(shape) >= 0
 
 
-def _from_buffer(buffer: bytes | memoryview, data_type: DataType, shape: tuple[int, ...],
-                 name: str, model: str) -> np.ndarray:
-    """A numpy view of raw (or shared memory) tensor bytes, checked against the shape."""
-    count = _element_count(shape, name, model)
+def _from_buffer(buffer: bytes | memoryview, data_type: DataType | None,
+                 shape: tuple[int, ...]) -> Tensor:
+    """A tensor viewing raw (or shared memory) bytes, or a RawInput when they do not fit
+    the declared shape and datatype."""
+    if data_type is None or not _fits(shape):
+        return RawInput(data_type, shape, len(buffer),
+                        buffer if data_type is DataType.BYTES else None)
+    count = math.prod(shape)
     if data_type is DataType.BYTES:
         try:
-            return deserialize_bytes_tensor(buffer, count).reshape(shape)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(
-                f"invalid BYTES data for input '{name}' for model '{model}': {exc.message}"
-            ) from None
+            return Tensor(data_type, deserialize_bytes_tensor(buffer, count).reshape(shape))
+        except InvalidArgumentError:
+            return RawInput(data_type, shape, len(buffer), buffer)
     dtype = _NUMPY[data_type]
-    expected = count * dtype.itemsize
-    if len(buffer) != expected:
-        raise InputByteSizeError(name, data_type.value, model, expected, len(buffer))
-    return np.frombuffer(buffer, dtype).reshape(shape)
+    if len(buffer) != count * dtype.itemsize:
+        return RawInput(data_type, shape, len(buffer))
+    return Tensor(data_type, np.frombuffer(buffer, dtype).reshape(shape))
 
 
-def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataType,
-                   shape: tuple[int, ...], name: str, model: str) -> np.ndarray:
+def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataType | None,
+                   shape: tuple[int, ...], name: str, model: str) -> Tensor:
     """The typed ``contents`` of an input, as Triton's frontend accepts them."""
     fields = contents.ListFields()  # only the non-empty repeated fields
-    count = _element_count(shape, name, model)
-    if not fields:
-        values: list[object] = []
-    else:
+    values: list[object] = []
+    if fields:
         if len(fields) > 1:
             raise InvalidArgumentError(
                 f"unexpected explicit tensor data for input tensor '{name}' for model "
@@ -209,30 +208,31 @@ def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataTyp
             )
         field, field_values = fields[0]
         carried = _CONTENT_TYPES[field.name]
-        if carried is not data_type and (field.name, data_type) not in _NARROW:
+        if data_type is None or (
+                carried is not data_type and (field.name, data_type) not in _NARROW):
+            expected = data_type.value if data_type is not None else "<invalid>"
             raise InvalidArgumentError(
                 f"unexpected explicit tensor data for input tensor '{name}' for model "
-                f"'{model}' of type '{carried.value}', expected datatype '{data_type.value}'"
+                f"'{model}' of type '{carried.value}', expected datatype '{expected}'"
             )
         values = list(field_values)
-    if len(values) != count:
+    if data_type is None:
+        return RawInput(None, shape, 0)
+    if not _fits(shape) or len(values) != math.prod(shape):
         if data_type is DataType.BYTES:
-            raise InvalidArgumentError(
-                f"expected {count} string elements for inference input '{name}' for model "
-                f"'{model}', got {len(values)}"
-            )
-        size = data_type.byte_size
-        raise InputByteSizeError(name, data_type.value, model, count * size,
-                                 len(values) * size)
+            data = serialize_bytes_tensor(values)
+            return RawInput(data_type, shape, len(data), data)
+        return RawInput(data_type, shape, len(values) * data_type.byte_size)
     if data_type is DataType.BYTES:
-        array = np.empty(count, dtype=np.object_)
+        array = np.empty(len(values), dtype=np.object_)
         array[:] = values
-        return array.reshape(shape)
-    if data_type in (DataType.INT8, DataType.INT16):
-        return np.array(values, dtype=np.int32).astype(_NUMPY[data_type]).reshape(shape)
-    if data_type in (DataType.UINT8, DataType.UINT16):
-        return np.array(values, dtype=np.uint32).astype(_NUMPY[data_type]).reshape(shape)
-    return np.array(values, dtype=_NUMPY[data_type]).reshape(shape)
+    elif data_type in (DataType.INT8, DataType.INT16):
+        array = np.array(values, dtype=np.int32).astype(_NUMPY[data_type])
+    elif data_type in (DataType.UINT8, DataType.UINT16):
+        array = np.array(values, dtype=np.uint32).astype(_NUMPY[data_type])
+    else:
+        array = np.array(values, dtype=_NUMPY[data_type])
+    return Tensor(data_type, array.reshape(shape))
 
 
 def _shared_memory(

@@ -241,7 +241,7 @@ class CoreServer:
         handler = waiting.handler
         if handler is None:  # a method nobody registered
             unknown = UnaryCall(call, metadata, self._call_ended)
-            unknown.fail(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            unknown.fail(grpc.StatusCode.UNIMPLEMENTED, "")  # as gRPC C++ answers it
         elif type(handler) is DirectUnary:
             behavior = handler.behavior
             unary = UnaryCall(call, metadata, self._call_ended)

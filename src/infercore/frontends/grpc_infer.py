@@ -33,7 +33,7 @@ from ..server import Server
 from .grpc_codec import DecodedRequest, decode_request, parse_version
 from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
-from .kserve import InputByteSizeError, as_triton_error, grpc_status
+from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
 
 __all__ = ["InferService", "Prepared", "prepare"]
@@ -77,10 +77,7 @@ def prepare(server: Server, shm: SystemSharedMemory, msg: pb.ModelInferRequest,
     model = server.model(msg.model_name, parse_version(msg.model_version))
     decoupled = model.decoupled  # raises NotFoundError / UnavailableError first
     batching = model.max_batch_size > 0
-    try:
-        decoded = decode_request(msg, shm)
-    except InputByteSizeError as exc:
-        raise exc.of_request(msg.id).answer(model.metadata()["inputs"]) from None
+    decoded = decode_request(msg, shm)
     if forward is not None and metadata:
         parameters = decoded.request.parameters
         for key, value in metadata:

@@ -10,9 +10,11 @@ writer (gRPC allows one write at a time), taking messages from a queue.
   out as they come, several per request. Every response carries the parameter
   ``triton_final_response``; a decoupled request that ends with a bare final flag gets an
   empty final response only when it set ``triton_enable_empty_final_response``.
-- Errors travel in-band (``error_message``, with the request id) and the stream goes on,
-  unless the client opened the stream with the header ``triton_grpc_error: true``: then
-  the first error ends the stream with its gRPC status.
+- Errors travel in-band (``error_message``, with the request id) and the stream goes on.
+  With the header ``triton_grpc_error: true`` on the stream, the first failed response
+  (an error the model or the engine answered after the request started) ends the stream
+  with its gRPC status instead; a request that cannot start is still answered in-band,
+  as Triton's frontend does.
 - The stream ends with OK once the client has half-closed and every request is answered.
   When the client cancels or goes away, every in-flight request is cancelled and every
   task of the session is awaited before the handler returns: nothing outlives the RPC.
@@ -116,7 +118,7 @@ class StreamSession:
             message = pb.ModelStreamInferResponse(error_message=error.message)
             message.infer_response.id = request_id
             previous, turn = self._take_turn()
-            self._spawn(self._answer_error(message, error, previous, turn))
+            self._spawn(self._answer_error(message, previous, turn))
             return
         if prepared.decoupled:
             self._spawn(self._answer_decoupled(stream, prepared))
@@ -171,14 +173,15 @@ class StreamSession:
         finally:
             self._answered()
 
-    async def _answer_error(self, message: pb.ModelStreamInferResponse, error: TritonError,
+    async def _answer_error(self, message: pb.ModelStreamInferResponse,
                             previous: asyncio.Future[None] | None,
                             turn: asyncio.Future[None]) -> None:
-        """A request that could not start: its error, in arrival order."""
+        """A request that could not start: its error, in arrival order (in-band even with
+        ``triton_grpc_error``)."""
         try:
             if previous is not None and not previous.done():
                 await previous
-            self._put(message, error)
+            self._put(message, None)
         finally:
             turn.set_result(None)
             self._answered()
