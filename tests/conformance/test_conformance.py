@@ -80,3 +80,10 @@ def test_every_case_has_golden_answers() -> None:
     missing += [s.name for s in SUITES if s.startup and s.startup_expect is None
                 and golden.STARTUP not in golden.load(s).get("cases", {})]
     assert not missing, f"cases never recorded: {missing}"
+
+
+def test_docs_list_every_case_and_departure() -> None:
+    from .summary import DOC, render, section_in
+
+    assert section_in(DOC.read_text()) == render(), (
+        "docs/conformance.md is out of date: python -m tests.conformance.summary --write")
