@@ -1,5 +1,5 @@
 """The generate extension's mapping: request keys -> inputs and parameters (shapes from
-the model's metadata), and one response -> a flat JSON object."""
+the model's metadata), and one response -> a flat JSON object, as Triton maps them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ import numpy as np
 import orjson
 import pytest
 
-from infercore import DataType, InferResponse, InvalidArgumentError, Tensor
+from infercore import (
+    DataType,
+    InferResponse,
+    InternalError,
+    InvalidArgumentError,
+    Tensor,
+    TritonError,
+)
 from infercore.frontends.http_generate import decode_generate, encode_generate
+from infercore.frontends.http_json import parse_json
 
 INPUTS = {
     "text_input": {"name": "text_input", "datatype": "BYTES", "shape": [-1, 1]},
@@ -18,8 +26,13 @@ INPUTS = {
 }
 
 
+def _decode(document: object, inputs=INPUTS, version: int = -1):
+    body = document if isinstance(document, bytes) else orjson.dumps(document)
+    return decode_generate("m", version, parse_json(body), inputs)
+
+
 def _shape(name: str, value: object) -> list[int]:
-    request = decode_generate("m", -1, {name: value}, INPUTS)
+    request = _decode({name: value})
     return list(request.inputs[name].shape)
 
 
@@ -46,9 +59,9 @@ def test_values_that_fit_no_shape_are_refused_with_tritons_text(name, value):
 
 
 def test_other_keys_and_the_parameters_object_become_parameters_or_inputs():
-    request = decode_generate("m", 2, {
+    request = _decode({
         "id": "r", "text_input": "x", "temperature": 0.2, "stream": True,
-        "parameters": {"pair": [1, 2], "max_tokens": 8, "stop": "."}}, INPUTS)
+        "parameters": {"pair": [1, 2], "max_tokens": 8, "stop": "."}}, version=2)
 
     assert request.model_name == "m" and request.model_version == 2 and request.id == "r"
     assert sorted(request.inputs) == ["pair", "text_input"]
@@ -58,26 +71,54 @@ def test_other_keys_and_the_parameters_object_become_parameters_or_inputs():
                                   "max_tokens": 8, "stop": "."}
 
 
-@pytest.mark.parametrize("document, message", [
-    ({"text_input": "a", "parameters": {"text_input": "b"}},
-     "Converting keyword: 'parameters': input 'text_input' already exists in request"),
-    ({"parameters": [1]}, "Expected JSON object for keyword: 'parameters': attempt to "
-                          "access JSON non-object as object"),
-    ({"seed": {"a": 1}}, "parameter 'seed' has invalid type. It should be either 'int', "
-                         "'bool', or 'string'."),
-    ({"text_input": 3}, "Unable to parse 'data': attempt to access JSON non-string as string"),
+@pytest.mark.parametrize("document, error, message", [
+    ({"text_input": "a", "parameters": {"text_input": "b"}}, InvalidArgumentError,
+     "Converting keyword: 'parameters': [request id: <id_unknown>] input 'text_input' "
+     "already exists in request"),
+    (b'{"id": "r", "text_input": "a", "text_input": "b"}', InvalidArgumentError,
+     "[request id: r] input 'text_input' already exists in request"),
+    ({"parameters": [1]}, InternalError, "Expected JSON object for keyword: 'parameters': "
+                                         "attempt to access JSON non-object as object"),
+    ({"seed": {"a": 1}}, InvalidArgumentError, "parameter 'seed' has invalid type. It "
+                                               "should be either 'int', 'bool', or 'string'."),
+    ({"text_input": 3}, InternalError,
+     "Unable to parse JSON bytes array: attempt to access JSON non-string as string"),
+    ({"pair": [1, "2"]}, InternalError,
+     "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
+    ({"pair": [[1, 2], [3, 4]]}, InternalError,
+     "Unable to parse 'data': Shape does not match true shape of 'data' field"),
+    ({"fixed": [True, 1, 2, 3]}, InternalError,
+     "Unable to parse 'data': attempt to access JSON non-number as double"),
+    ({"text_input": [["a", "b"]]}, InvalidArgumentError,
+     "[request id: <id_unknown>] unexpected number of string elements 2 for inference "
+     "input 'text_input' for model 'm', expecting 1"),
+    ({"id": 7}, InternalError, "Unable to parse 'id': attempt to access JSON non-string as "
+                               "string"),
+    (["text_input"], InternalError, "attempt to get members for non-object"),
 ])
-def test_bad_documents_are_refused(document, message):
-    with pytest.raises(InvalidArgumentError) as raised:
-        decode_generate("m", -1, document, INPUTS)
-    assert raised.value.message == message
+def test_bad_documents_are_refused_with_tritons_texts_and_codes(document, error, message):
+    with pytest.raises(TritonError) as raised:
+        _decode(document)
+    assert type(raised.value) is error and raised.value.message == message
+
+
+def test_a_duplicated_key_is_visited_again_with_its_first_value():
+    request = _decode(b'{"text_input": "x", "seed": 1, "seed": 2, "parameters": {"k": 1}, '
+                      b'"parameters": {"k": 2, "j": 3}}')
+    assert request.parameters == {"seed": 1, "k": 1}
+
+
+def test_parameters_are_typed_as_triton_types_them():
+    request = _decode(b'{"text_input": "x", "big": 18446744073709551615, "t": NaN}')
+    assert request.parameters["big"] == 1.8446744073709552e19
+    assert request.parameters["t"] != request.parameters["t"]
 
 
 def test_parameters_cannot_also_be_an_input_name():
     inputs = {"parameters": {"name": "parameters", "datatype": "INT32", "shape": [1]}}
     with pytest.raises(InvalidArgumentError, match="Keyword 'parameters' for nested schema "
                                                    "also given as input tensor name"):
-        decode_generate("m", -1, {"parameters": {}}, inputs)
+        _decode({"parameters": {}}, inputs)
 
 
 def test_a_response_is_one_flat_object_single_elements_unwrapped():
@@ -94,8 +135,25 @@ def test_a_response_is_one_flat_object_single_elements_unwrapped():
         "text_output": "hello", "scores": [0.5, 0.25], "count": 7, "done": True}
 
 
-def test_bytes_that_are_not_utf8_cannot_be_sent_as_json():
+def test_keys_are_written_in_byte_order_and_floats_as_rapidjson_writes_them():
+    response = InferResponse("m", 1, "r", outputs={
+        "zeta": Tensor.from_numpy(np.array([0.1, 3e38], np.float32)),
+        "Alpha": Tensor.from_numpy(np.array([np.nan, np.inf, 1e21])),
+    })
+    assert encode_generate(response) == (
+        b'{"Alpha":[NaN,Infinity,1e21],"id":"r","model_name":"m","model_version":"1",'
+        b'"zeta":[0.10000000149011612,3.0000000054977559e38]}')
+
+
+def test_bytes_that_are_not_utf8_are_written_as_they_are():
     response = InferResponse("m", 1, outputs={
-        "raw": Tensor(DataType.BYTES, np.array([b"\xff"], np.object_))})
-    with pytest.raises(InvalidArgumentError, match="not valid UTF-8"):
+        "raw": Tensor(DataType.BYTES, np.array([b"\xff\x01"], np.object_))})
+    assert encode_generate(response) == (
+        b'{"model_name":"m","model_version":"1","raw":"\xff\\u0001"}')
+
+
+def test_half_precision_outputs_cannot_be_sent_as_json():
+    response = InferResponse("m", 1, outputs={
+        "half": Tensor.from_numpy(np.array([1.5], np.float16))})
+    with pytest.raises(InvalidArgumentError, match="sending FP16 data via JSON is not"):
         encode_generate(response)

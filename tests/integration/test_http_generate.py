@@ -283,7 +283,10 @@ def test_generate_answers_one_flat_json_object(server):
                                   "stream": False, "stop": "\n"}
 
 
-def test_generate_on_a_decoupled_model_needs_exactly_one_response(server):
+def test_generate_on_a_decoupled_model_answers_as_triton_does(server):
+    # Triton starts its chunked reply with the status of the first response and waits for
+    # the final flag: a model that sends none or several gets the "exactly 1" error with
+    # that status (200 after a good first response), one error response its own error.
     one = _post(server, "tokens", "generate", {"text_input": "single"})
     several = _post(server, "tokens", "generate", {"text_input": "two words"})
     none = _post(server, "tokens", "generate", {"text_input": ""})
@@ -292,9 +295,14 @@ def test_generate_on_a_decoupled_model_needs_exactly_one_response(server):
     assert one.status_code == 200
     assert one.json() == {"model_name": "tokens", "model_version": "1", "index": 0,
                           "text_output": "single"}
-    assert several.status_code == 500 and _error(several) == EXACTLY_ONE
-    assert none.status_code == 500 and _error(none) == EXACTLY_ONE
+    for response in (one, several, none, failed):
+        assert response.headers["content-type"] == "application/json"
+        assert response.headers["transfer-encoding"] == "chunked"
+    assert several.status_code == 200 and _error(several) == EXACTLY_ONE
+    assert none.status_code == 200 and _error(none) == EXACTLY_ONE
     assert failed.status_code == 400 and _error(failed) == "the model failed at word 0"
+    # the server keeps serving
+    assert _post(server, "tokens", "generate", {"text_input": "again"}).status_code == 200
 
 
 @pytest.mark.parametrize("kind", ["generate", "generate_stream"])
@@ -306,13 +314,20 @@ def test_bad_requests_get_tritons_errors_before_inference(server, kind):
         return _error(response)
 
     assert "nope" in error("nope", {"text_input": "x"}, 404)
-    assert error("echo", b"{not json", 400).startswith(
-        "failed to parse the request JSON buffer")
-    assert error("echo", [1, 2], 400).endswith("the request must be a JSON object")
-    assert error("echo", {"text_input": 7}, 400) == (
-        "Unable to parse 'data': attempt to access JSON non-string as string")
-    assert error("echo", {"text_input": "x", "values": ["a"]}, 400) == (
-        "Unable to parse 'data': expected number values for input 'values' of datatype FP32")
+    # what Triton's JSON reader refuses is INTERNAL (500), with rapidjson's texts
+    assert error("echo", b"{not json", 500) == (
+        "failed to parse the request JSON buffer: Missing a name for object member. at 1")
+    assert error("echo", [1, 2], 500) == "attempt to get members for non-object"
+    assert error("echo", {"text_input": 7}, 500) == (
+        "Unable to parse JSON bytes array: attempt to access JSON non-string as string")
+    assert error("echo", {"text_input": "x", "values": ["a"]}, 500) == (
+        "Unable to parse 'data': attempt to access JSON non-number as double")
+    assert error("echo", {"text_input": "x", "flag": 1}, 500) == (
+        "Unable to parse 'data': attempt to access JSON non-boolean as boolean")
+    assert error("echo", {"text_input": "x", "parameters": 3}, 500).startswith(
+        "Expected JSON object for keyword: 'parameters'")
+    assert error("echo", {"text_input": "x", "id": 5}, 500) == (
+        "Unable to parse 'id': attempt to access JSON non-string as string")
     assert error("tokens", {"text_input": ["a", "b"]}, 400) == (
         "The schema can not convert input 'text_input' to tensor with proper shape")
     assert error("echo", {"text_input": "x", "top_k": [1, 2]}, 400) == (
@@ -321,11 +336,10 @@ def test_bad_requests_get_tritons_errors_before_inference(server, kind):
     assert error("echo", {"text_input": "x", "parameters": {"seed": None}}, 400) == (
         "Converting keyword: 'parameters': parameter 'seed' has invalid type. It should be "
         "either 'int', 'bool', or 'string'.")
-    assert error("echo", {"text_input": "x", "parameters": 3}, 400).startswith(
-        "Expected JSON object for keyword: 'parameters'")
-    assert error("echo", {"text_input": "x", "id": 5}, 400) == (
-        "Unable to parse 'id': attempt to access JSON non-string as string")
-    assert "echo" in error("echo", {"temperature": 1}, 400)  # a required input is missing
+    assert error("echo", b'{"id": "d", "text_input": "a", "text_input": "b"}', 400) == (
+        "[request id: d] input 'text_input' already exists in request")
+    assert error("echo", {"temperature": 1}, 400).startswith(  # a required input is missing
+        "[request id: <id_unknown>] expected number of inputs between 1 and 3 but got 0")
     response = requests.get(f"http://{server.url}/v2/models/echo/{kind}", timeout=30)
     assert response.status_code == 405
     # the server keeps serving

@@ -73,8 +73,7 @@ class HttpRouter:
         self._server = server
         self._shm = shm
         self._executor = executor
-        self._generate = GenerateHandler(server, max_input_size=max_input_size,
-                                         busy_poll=busy_poll)
+        self._generate = GenerateHandler(server, busy_poll=busy_poll)
         self._infer = InferHandler(server, shm, max_input_size=max_input_size,
                                    header_forward_pattern=header_forward_pattern,
                                    busy_poll=busy_poll)
