@@ -1,11 +1,14 @@
 """Triton's generate extension over HTTP: ``.../generate`` and ``.../generate_stream``.
 
 The models are this module's own: ``text`` (BYTES ``text_input`` to ``text_output``, and
-what the request carried: its parameters and id), ``typed`` (one optional input per
-datatype, each sent back, with the shapes the schema gave them), ``shaped`` (fixed,
-variable and two-dimensional inputs), ``batched`` (max_batch_size 4), ``words`` (decoupled:
-one response per word, an error response for the word FAIL, the final flag on its own),
-``failing`` (an error response, or an exception), and ``broken`` (fails to load).
+what the request carried: its parameters and id; versions 1 and 2), ``typed`` (one
+optional input per datatype, each sent back, with the shapes the schema gave them),
+``shaped`` (fixed, variable and two-dimensional inputs), ``batched`` (max_batch_size 4),
+``required`` (two required inputs), ``clash`` (an input named ``parameters``),
+``speaker`` (response parameters, outputs named like the reserved keys, floats, FP16,
+bytes that are not UTF-8), ``words`` (decoupled: one response per word, an error response
+for the word FAIL, the final flag on its own), ``failing`` (an error response, or an
+exception), and ``broken`` (fails to load).
 """
 
 from __future__ import annotations
