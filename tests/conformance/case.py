@@ -6,7 +6,7 @@ the order given (a case may rely on the state an earlier case of its suite left)
 are what the recorder writes down from real Triton and the replay compares infercore's
 against. A step is an HTTP request (``Http``), a gRPC call (``Grpc``, or ``GrpcStream``
 for ModelStreamInfer), or a local action on shared memory (``Shm``) whose answer is what
-the action saw.
+the action saw; ``Settled`` repeats an HTTP or gRPC step until the server's state settles.
 
 Two kinds of case do not compare with what Triton 2.51 answered:
 - ``newer``: current Triton answers otherwise than 2.51 (a default or a check added
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Case", "Grpc", "GrpcStream", "Http", "Model", "Shm", "Step", "Suite",
+__all__ = ["Case", "Grpc", "GrpcStream", "Http", "Model", "Settled", "Shm", "Step", "Suite",
            "binary_body", "b64", "raw_tensor"]
 
 
@@ -109,7 +109,18 @@ class Shm:
     target: str = ""
 
 
-Step = Http | Grpc | GrpcStream | Shm
+@dataclass(frozen=True)
+class Settled:
+    """``step`` sent again, up to ``timeout_s``, while its answer still contains
+    ``pending``; the answer is the last one. For state a server changes after it answered:
+    Triton's unload returns while the model is still UNLOADING in the index."""
+
+    step: Http | Grpc
+    pending: str = "UNLOADING"
+    timeout_s: float = 30.0
+
+
+Step = Http | Grpc | GrpcStream | Shm | Settled
 
 
 @dataclass(frozen=True)

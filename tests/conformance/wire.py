@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from .case import Grpc, GrpcStream, Http, Shm, Step
+from .case import Grpc, GrpcStream, Http, Settled, Shm, Step
 
 __all__ = ["Endpoint", "run_step"]
 
@@ -31,6 +32,7 @@ STEP_TIMEOUT_S = 15.0
 READ_HEADERS = ("content-type", "content-encoding", "inference-header-content-length",
                 "transfer-encoding")
 SHM_DIR = "/dev/shm"
+SETTLE_POLL_S = 0.1
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 
 
@@ -89,6 +91,8 @@ def run_step(endpoint: Endpoint, step: Step) -> dict[str, Any]:
         return _grpc_stream(endpoint, step)
     if isinstance(step, Shm):
         return _shm(endpoint, step)
+    if isinstance(step, Settled):
+        return _settled(endpoint, step)
     raise TypeError(f"not a step: {step!r}")
 
 
@@ -248,6 +252,15 @@ def _grpc_stream(endpoint: Endpoint, step: GrpcStream) -> dict[str, Any]:
     except grpc.RpcError as error:
         return {"code": error.code().name, "details": error.details(), "stream": messages}
     return {"code": "OK", "stream": messages}
+
+
+def _settled(endpoint: Endpoint, step: Settled) -> dict[str, Any]:
+    deadline = time.monotonic() + step.timeout_s
+    while True:
+        answer = run_step(endpoint, step.step)
+        if step.pending not in json.dumps(answer) or time.monotonic() > deadline:
+            return answer
+        time.sleep(SETTLE_POLL_S)
 
 
 # -- shared memory ---------------------------------------------------------------------------
