@@ -49,7 +49,7 @@ from .response import InferResponse, ResponseSender, ResponseStream, on_event_lo
 from .scheduling.base import Scheduler
 from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
-from .scheduling.ensemble import EnsembleScheduler, validate_ensemble
+from .scheduling.ensemble import EnsembleScheduler, StepDurations, validate_ensemble
 from .scheduling.sequence import SequenceBatcher
 from .stats import CANCELED, OTHER, REJECTED, LatencyWindow, ModelStats
 from .tensor import DataType
@@ -239,8 +239,11 @@ class LoadedModel:
                 return f"its step model {step.model_name} uses the sequence batcher"
         return ""
 
-    def _record_success(self, request: InferRequest) -> None:
-        self.stats.record_success(request, self._clock())
+    def _record_success(self, request: InferRequest, steps: StepDurations) -> None:
+        self.stats.record_success(request, self._clock(), queue_ns=steps.queue_ns,
+                                  input_ns=steps.compute_input_ns,
+                                  infer_ns=steps.compute_infer_ns,
+                                  output_ns=steps.compute_output_ns)
         if request.trace is not None:
             request.trace.settled()
 
@@ -335,13 +338,11 @@ class LoadedModel:
         Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
         """
         request.request_start_ns = self._clock()
+        # A request refused here never reaches the model: as in Triton (whose request
+        # normalization runs before the scheduler), it is in no statistics.
         try:
             self._validator.validate(request)
-        except InvalidArgumentError:
-            self.stats.record_failure(request, self._clock(), REJECTED)
-            raise
         except ValueError as exc:  # e.g. a reshape numpy cannot do
-            self.stats.record_failure(request, self._clock(), REJECTED)
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
         key: bytes | None = None
         cached: dict[str, Any] | None = None

@@ -385,8 +385,13 @@ class ResponseSender:
         parameters: Mapping[str, ParameterValue] | None = None,
         error: TritonError | None = None,
         final: bool = True,
+        fails: bool = True,
     ) -> None:
-        """Send one response (outputs or error); ``final`` closes the request's stream."""
+        """Send one response (outputs or error); ``final`` closes the request's stream.
+
+        ``fails=False``: ``error`` is the answer the model itself gave, which does not make
+        the request a failure in its statistics (Triton's Python backend counts such a
+        request as a success; only its own failures count as failed)."""
         started_ns = time.monotonic_ns() if self._observer is not None else 0
         request, stream = self._request, self._stream
         if self._closed or request is None or stream is None:
@@ -400,7 +405,7 @@ class ResponseSender:
             chosen = dict(outputs)
         else:
             chosen = {name: tensor for name, tensor in outputs.items() if name in wanted}
-        if error is not None:
+        if error is not None and fails:
             self.failed = True
         response = InferResponse(
             self._model,

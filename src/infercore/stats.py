@@ -375,16 +375,30 @@ class ModelStats:
             counters[1].add(output_ns)
             counters[slot].add(infer_ns + output_ns)
 
-    def record_success(self, request: InferRequest, now_ns: int) -> None:
-        """A request answered without an execution of this model's own (an ensemble)."""
+    def record_success(self, request: InferRequest, now_ns: int, *, queue_ns: int = 0,
+                       input_ns: int = 0, infer_ns: int = 0, output_ns: int = 0) -> None:
+        """A request answered without an execution of this model's own (an ensemble):
+        as Triton's ensembles, one execution of the request's batch size whose queue and
+        compute durations are its steps' (summed by the caller)."""
         request_ns = now_ns - request.request_start_ns
+        batch_size = request.batch_size or 1
         with self._lock:
             self._last_inference_ms = time.time_ns() // 1_000_000
-            self._inference_count += request.batch_size or 1
+            self._inference_count += batch_size
             self._execution_count += 1
             self._success.add(request_ns)
+            self._queue.add(queue_ns)
+            self._compute_input.add(input_ns)
+            self._compute_infer.add(infer_ns)
+            self._compute_output.add(output_ns)
+            counters = self._batches.get(batch_size)
+            if counters is None:
+                counters = self._batches[batch_size] = (_Counter(), _Counter(), _Counter())
+            counters[0].add(input_ns)
+            counters[1].add(infer_ns)
+            counters[2].add(output_ns)
             if self._window is not None:
-                self._window.add(now_ns, request_ns, 0, 0, 0, 0)
+                self._window.add(now_ns, request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_cache_hit(self, request: InferRequest, lookup_ns: int, now_ns: int) -> None:
         """A request answered from the response cache (Triton's UpdateSuccessCacheHit):

@@ -33,7 +33,7 @@ from ..response import InferResponse, ResponseStream
 from ..tensor import Tensor
 from ..trace_record import NO_TRACE
 
-__all__ = ["EnsembleScheduler", "EnsembleStep", "validate_ensemble"]
+__all__ = ["EnsembleScheduler", "EnsembleStep", "StepDurations", "validate_ensemble"]
 
 
 class InferFunction(Protocol):
@@ -129,6 +129,34 @@ def _check_acyclic(name: str, steps: list[EnsembleStep], producers: Mapping[str,
             del waiting[index]
 
 
+@dataclass(slots=True)
+class StepDurations:
+    """What an ensemble request's steps spent queued and computing, summed: Triton
+    reports these as the ensemble's own queue and compute figures."""
+
+    queue_ns: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+
+    def add(self, step: InferRequest) -> None:
+        """Add a finished step request's figures (none for a step that never executed)."""
+        if not step.compute_end_ns:
+            return
+        self.queue_ns += step.compute_start_ns - step.queue_start_ns
+        self.compute_input_ns += step.compute_input_end_ns - step.compute_start_ns
+        self.compute_infer_ns += step.compute_output_start_ns - step.compute_input_end_ns
+        self.compute_output_ns += step.compute_end_ns - step.compute_output_start_ns
+
+
+def _sequence_parameters(request: InferRequest) -> dict[str, Any]:
+    """The parameters every ensemble response carries in Triton: the request's sequence
+    id and flags (0 and false outside a sequence)."""
+    return {"sequence_id": request.correlation_id or 0,
+            "sequence_start": bool(request.sequence_start),
+            "sequence_end": bool(request.sequence_end)}
+
+
 class _Fork:
     """One line of the pipeline: the tensors it has, the steps it has sent."""
 
@@ -144,7 +172,7 @@ class _Run:
     """One ensemble request in flight. ``lock`` (re-entrant: cancelling a step may answer
     it on this thread) guards everything below it."""
 
-    __slots__ = ("request", "lock", "pending", "streams", "failed", "result")
+    __slots__ = ("request", "lock", "pending", "streams", "failed", "result", "durations")
 
     def __init__(self, request: InferRequest) -> None:
         self.request = request
@@ -153,6 +181,8 @@ class _Run:
         self.streams: list[ResponseStream] = []
         self.failed = False
         self.result: dict[str, Tensor] | None = None  # the answer of a non-decoupled run
+        # the steps' queue and compute durations summed (ns), the ensemble's own figures
+        self.durations = StepDurations()
 
 
 class EnsembleScheduler:
@@ -164,7 +194,7 @@ class EnsembleScheduler:
         steps: list[EnsembleStep],
         infer: InferFunction,
         on_failed: Callable[[InferRequest], None],
-        on_succeeded: Callable[[InferRequest], None],
+        on_succeeded: Callable[[InferRequest, StepDurations], None],
     ) -> None:
         self._name = config.name
         self._steps = steps
@@ -221,7 +251,8 @@ class EnsembleScheduler:
             if self.decoupled:
                 sender = run.request.sender
                 if sender is not None and not sender.closed:
-                    sender.send(outputs, final=False)
+                    sender.send(outputs, parameters=_sequence_parameters(run.request),
+                                final=False)
             else:
                 run.result = outputs
 
@@ -246,7 +277,7 @@ class EnsembleScheduler:
         step_request.trace = NO_TRACE if parent is None else parent.spawn_child()
 
         def on_response(response: InferResponse | None, final: bool) -> None:
-            self._on_step_response(run, step, fork, response, final)
+            self._on_step_response(run, step, fork, step_request, response, final)
 
         run.pending += 1
         try:
@@ -258,8 +289,11 @@ class EnsembleScheduler:
         run.streams.append(stream)
 
     def _on_step_response(self, run: _Run, step: EnsembleStep, fork: _Fork,
-                          response: InferResponse | None, final: bool) -> None:
+                          step_request: InferRequest, response: InferResponse | None,
+                          final: bool) -> None:
         with run.lock:
+            if final:  # its execution is recorded by now (final responses are held)
+                run.durations.add(step_request)
             if response is not None and not run.failed:
                 if response.error is not None:
                     self._fail(run, response.error)
@@ -291,15 +325,16 @@ class EnsembleScheduler:
         sender = run.request.sender
         if run.pending or run.failed or sender is None or sender.closed:
             return
-        if self.decoupled:
-            sender.close()
-        elif run.result is None:
+        if not self.decoupled and run.result is None:
             self._fail(run, InvalidArgumentError(
                 f"ensemble {self._name} finished without producing all its outputs"))
             return
+        # recorded before the answer goes out: a caller that has its answer sees its stats
+        self._on_succeeded(run.request, run.durations)
+        if self.decoupled:
+            sender.close()
         else:
-            sender.send(run.result, final=True)
-        self._on_succeeded(run.request)
+            sender.send(run.result, parameters=_sequence_parameters(run.request), final=True)
 
     def _fail(self, run: _Run, error: TritonError) -> None:
         if run.failed:

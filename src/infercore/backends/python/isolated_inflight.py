@@ -73,8 +73,9 @@ class InflightTable:
 
     def deliver(self, slot: int, *, final: bool, has_response: bool,
                 outputs: Mapping[str, CoreTensor], parameters: dict[str, Any] | None,
-                error: tuple[int, str] | None) -> None:
-        """Pass one of the worker's responses to the request's engine sender."""
+                error: tuple[int, str] | None, fails: bool = True) -> None:
+        """Pass one of the worker's responses to the request's engine sender; ``fails``:
+        its error fails the request (False: the model's own error answer)."""
         with self._lock:
             entry = self._entries.pop(slot, None) if final else self._entries.get(slot)
         if entry is None:  # answered already (failed, or a late answer after DONE)
@@ -89,7 +90,8 @@ class InflightTable:
                     pass
                 elif has_response:
                     sender.send(outputs, parameters=parameters, final=final,
-                                error=None if error is None else error_from_code(*error))
+                                error=None if error is None else error_from_code(*error),
+                                fails=fails)
                 else:
                     sender.close()
             except TritonError:  # closed meanwhile by the engine (cancelled, unloading)

@@ -69,6 +69,7 @@ from .worker_protocol import (
     EXECUTE,
     FINALIZE,
     FINALIZED,
+    FLAG_FAILED,
     FLAG_FINAL,
     FLAG_RESPONSE,
     INIT,
@@ -563,7 +564,8 @@ class WorkerHandle:
                 self._outputs.mark_consumed(sequence)
         self._table.deliver(slot, final=bool(flags & FLAG_FINAL),
                             has_response=bool(flags & FLAG_RESPONSE), outputs=outputs,
-                            parameters=parameters, error=error)
+                            parameters=parameters, error=error,
+                            fails=bool(flags & FLAG_FAILED))
 
     def _send_event(self, frame: tuple[Any, ...]) -> None:
         """Write a BLS response or metric reply to the worker (from any thread)."""

@@ -195,7 +195,9 @@ class InferenceResponse:
     def _send(self, sender: ResponseSender, final: bool) -> None:
         """Send through an engine sender: outputs shared, errors typed by their code."""
         if self._error is not None:
-            sender.send(parameters=self._parameters, error=self._error._to_core(), final=final)
+            # the model's own answer: its request still counts as a success, as in Triton
+            sender.send(parameters=self._parameters, error=self._error._to_core(), final=final,
+                        fails=False)
             return
         outputs = {tensor._name: _to_core(tensor) for tensor in self._output_tensors}
         sender.send(outputs, parameters=self._parameters, final=final)

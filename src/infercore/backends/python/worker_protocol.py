@@ -60,6 +60,7 @@ __all__ = [
     "EXECUTE",
     "FINALIZE",
     "FINALIZED",
+    "FLAG_FAILED",
     "FLAG_FINAL",
     "FLAG_RESPONSE",
     "INIT",
@@ -125,6 +126,7 @@ OP_DROP = 7  # (handle,): the worker's object is gone
 
 FLAG_FINAL = 1  # the request's last frame
 FLAG_RESPONSE = 2  # carries a response (a bare final flag does not)
+FLAG_FAILED = 4  # its error fails the request (not the model's own error answer)
 
 _LENGTH = struct.Struct("<I")
 _ALIGN_LESS_ONE = ALIGN - 1  # ALIGN is a power of two

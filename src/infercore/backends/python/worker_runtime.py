@@ -65,6 +65,7 @@ from .worker_protocol import (
     EXECUTE,
     FINALIZE,
     FINALIZED,
+    FLAG_FAILED,
     FLAG_FINAL,
     FLAG_RESPONSE,
     INIT,
@@ -228,12 +229,14 @@ class _WorkerSender:
 
     def send(self, outputs: dict[str, CoreTensor] | None = None, *,
              parameters: dict[str, Any] | None = None, error: TritonError | None = None,
-             final: bool = True) -> None:
+             final: bool = True, fails: bool = True) -> None:
         request = self._open_request()
         if final:
             self._request = None
             request._finish()
         flags = FLAG_RESPONSE | (FLAG_FINAL if final else 0)
+        if error is not None and fails:
+            flags |= FLAG_FAILED
         wanted = request.requested_outputs
         if outputs is None:
             chosen: Mapping[str, CoreTensor] = {}
@@ -247,7 +250,8 @@ class _WorkerSender:
                                  coded, chosen)
         except TritonError as exc:  # an output that cannot cross (a GPU tensor)
             if final:  # still end the request, with the reason
-                self._outbox.respond(self._slot, flags, None, (int(exc.code), exc.message), {})
+                self._outbox.respond(self._slot, flags | FLAG_FAILED, None,
+                                     (int(exc.code), exc.message), {})
             raise
 
     def close(self) -> None:
