@@ -226,7 +226,8 @@ def test_bad_command_lines_are_usage_errors(argv, message, capsys):
 @pytest.mark.parametrize("flags, message", [
     (["--cache-config=local,size=1", "--response-cache-byte-size=5"],
      "Incompatible flags --response-cache-byte-size and --cache-config both provided"),
-    (["--load-model=*", "--load-model=a"], "Wildcard model name '*' must be the ONLY"),
+    (["--load-model=a"],
+     "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well."),
     (["--http-port=8000", "--grpc-port=8000"],
      "cannot listen to HTTP requests and GRPC requests at the same address and port"),
     (["--metrics-port=8000", "--http-port=8000"], "HTTP requests and metrics requests"),
@@ -240,9 +241,10 @@ def test_inconsistent_flags_are_refused(flags, message):
 
 def test_inconsistent_flags_are_usage_errors_from_main(capsys):
     with pytest.raises(SystemExit) as caught:
-        cli.main(["serve", "--load-model=*", "--load-model=a"])
+        cli.main(["serve", "--load-model=a"])
     assert caught.value.code == 1
-    assert "Wildcard model name '*'" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
 
 
 def test_help_is_grouped_as_tritonservers(capsys):

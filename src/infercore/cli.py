@@ -56,6 +56,8 @@ class TritonArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
+        if message.startswith("Error: "):  # tritonserver's own checks: said as they are
+            self.exit(USAGE_EXIT, f"{message}\n")
         self.exit(USAGE_EXIT, f"{self.prog}: {_triton_wording(message)}\n")
 
 
@@ -453,9 +455,11 @@ def _check_consistency(args: argparse.Namespace) -> None:
         raise InvalidArgumentError(
             "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
             "provided. Please provide one or the other.")
-    if "*" in args.load_model and len(set(args.load_model)) > 1:
+    # ('*' with other names is refused by the server's start, as tritonserver's)
+    if args.load_model and args.model_control_mode != ModelControlMode.EXPLICIT.value:
         raise InvalidArgumentError(
-            "Wildcard model name '*' must be the ONLY startup model if specified at all.")
+            "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' "
+            "as well.")
     if args.repository_poll_secs < 0:
         raise InvalidArgumentError("--repository-poll-secs must be >= 0")
     _check_ports(args)

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .cache import ResponseCache
-from .errors import InternalError, InvalidArgumentError, UnavailableError, UnsupportedError
+from .errors import (
+    InternalError,
+    InvalidArgumentError,
+    TritonError,
+    UnavailableError,
+    UnsupportedError,
+)
 from .handle import Model
 from .lifecycle import StartStop
 from .logs import LogLevel, LogSettings, LogSettingsManager, log_enabled, log_message
@@ -28,6 +34,7 @@ from .metrics import MetricsSettings, ServerMetrics
 from .model import LoadedModel, ModelEnvironment
 from .options import ModelControlMode, Options
 from .rate_limiter import RateLimiter
+from .repository.layout import check_model_name
 from .repository.manager import RepositoryManager
 from .repository.overrides import FILE_PREFIX, split_load_parameters
 from .repository.poller import RepositoryPoller
@@ -134,9 +141,10 @@ class Server(StartStop):
         failures = self._load_startup_models()
         self._startup_done = True
         if failures and self.options.exit_on_error:
+            for name, reason in sorted(failures.items()):
+                logger.error("failed to load '%s': %s", name, reason)
             self.stop()
-            reasons = "; ".join(f"{name}: {reason}" for name, reason in sorted(failures.items()))
-            raise InternalError(f"failed to load all models: {reasons}")
+            raise InternalError("failed to load all models")  # tritonserver's words
         return self
 
     def _load_startup_models(self) -> dict[str, str]:
@@ -334,6 +342,7 @@ class Server(StartStop):
         """
         self._require_running()
         self._require_explicit()
+        check_model_name(name)  # before anything is read, as Triton checks it
         if isinstance(config, Mapping) and parameters is None and any(
                 key == "config" or key.startswith(FILE_PREFIX) for key in config):
             # tritonserver's load(model_name, parameters) called positionally: no model
@@ -349,18 +358,16 @@ class Server(StartStop):
         if config is not None:
             from .config import model_config_from_json
 
-            if isinstance(config, str):
-                try:
+            # An override Triton cannot read fails its poll: answered "failed to poll"
+            try:
+                if isinstance(config, str):
                     config = json.loads(config)
-                except ValueError as exc:
-                    raise InvalidArgumentError(
-                        f"failed to parse the config override of model '{name}': {exc}"
-                    ) from exc
-            if not isinstance(config, Mapping):
-                raise InvalidArgumentError(
-                    f"the config override of model '{name}' must be a JSON object"
-                )
-            override = model_config_from_json(dict(config))
+                if not isinstance(config, Mapping):
+                    raise InvalidArgumentError("the config override must be a JSON object")
+                override = model_config_from_json(dict(config))
+            except (TritonError, ValueError) as exc:
+                raise self._manager.poll_failure(
+                    name, f"Invalid config override: {exc}") from exc
         self._manager.load(name, override, files or None)
         return Model(self, name)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import logging
 import re
 from collections.abc import Callable, Coroutine
@@ -33,6 +32,7 @@ from ..server import Server
 from .busy_poll import BusyPoll
 from .http_generate import GenerateHandler
 from .http_infer import InferHandler
+from .http_json import JsonObject, parse_json
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
 from .http_params import is_uint
 from .kserve import as_triton_error
@@ -161,28 +161,30 @@ class HttpRouter:
     # -- repository ----------------------------------------------------------------------
     def _repository(self, request: HttpRequest, repository: str | None, model: str | None,
                     action: str | None) -> Result:
+        """Index, load and unload, reading the body as Triton's frontend reads it: its
+        TritonJson accessors fail as INTERNAL errors, and an unload reads what it can."""
         if request.method != "POST":
             return _NOT_ALLOWED
-        if model is None:
-            document = _json_object(request.body, allow_empty=True)
-            ready = document.get("ready", False)
+        if model is None:  # Triton's HTTP index ignores a repository name
+            document = _repository_json(request.body)
+            ready = document.first("ready", False) if isinstance(document, JsonObject) \
+                else False
             if not isinstance(ready, bool):
-                raise InvalidArgumentError("attempt to access JSON non-boolean as boolean")
+                raise InternalError("attempt to access JSON non-boolean as boolean")
             index = self._server.repository_index(ready_only=ready)
             return json_response([entry.to_dict() for entry in index])
         if repository:
             raise UnsupportedError("'repository_name' specification is not supported")
-        parameters = _json_object(request.body, allow_empty=True).get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise InvalidArgumentError("Unable to parse 'parameters'")
         if action == "load":
-            config, files = _load_parameters(parameters)
+            config, files = _load_parameters(_repository_json(request.body))
             return self._blocking(lambda: self._server.load(model, config, files))
-        unload_dependents = parameters.get("unload_dependents", False)
-        if not isinstance(unload_dependents, bool):
-            raise InvalidArgumentError(
-                "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as "
-                "boolean")
+        try:
+            document = _repository_json(request.body)
+        except InternalError:  # Triton unloads whatever the body says
+            document = None
+        parameters = document.first("parameters") if isinstance(document, JsonObject) else None
+        unload_dependents = (isinstance(parameters, JsonObject)
+                             and parameters.first("unload_dependents") is True)
         return self._blocking(lambda: self._server.unload(
             model, unload_dependents=unload_dependents))
 
@@ -332,20 +334,40 @@ def _json_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
     return document
 
 
-def _load_parameters(parameters: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
-    """The load request's config override and its model files (base64 in JSON)."""
+def _repository_json(body: bytes) -> Any:
+    """A repository request's JSON (None for no body), read as Triton reads it."""
+    return parse_json(body) if body else None
+
+
+def _load_parameters(document: Any) -> tuple[str | None, dict[str, bytes]]:
+    """A load request's config override and its model files, as Triton reads them: every
+    parameter a string, "config" the override, "file:<path>" base64 contents."""
+    parameters = document.first("parameters") if isinstance(document, JsonObject) else None
+    if parameters is None:
+        return None, {}
+    if not isinstance(parameters, JsonObject):
+        raise InternalError("attempt to get members for non-object")
     config = None
     files: dict[str, bytes] = {}
-    for key, value in parameters.items():
+    for key, value in parameters.members:
         if not isinstance(value, str):
-            raise InvalidArgumentError("attempt to access JSON non-string as string")
+            raise InternalError("attempt to access JSON non-string as string")
         if key == "config":
             config = value
         elif key.startswith("file:"):
-            try:
-                files[key] = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                raise InvalidArgumentError(
-                    f"failed to decode the base64 content of load parameter '{key}'"
-                ) from None
+            files[key] = _base64_decode(value)
+        else:  # Triton's HTTP frontend makes string parameters of these two only
+            raise InternalError("unexpected error on creating Triton parameter")
     return config, files
+
+
+_BASE64 = re.compile(rb"[^A-Za-z0-9+/]")
+
+
+def _base64_decode(text: str) -> bytes:
+    """Base64 as Triton's frontend decodes it (libb64): characters outside the alphabet,
+    padding included, are skipped, and a last incomplete group gives what bits it holds."""
+    data = _BASE64.sub(b"", text.encode("utf-8", "surrogatepass"))
+    if len(data) % 4 == 1:
+        data = data[:-1]  # six bits: not a byte
+    return base64.b64decode(data + b"=" * (-len(data) % 4))

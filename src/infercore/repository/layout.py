@@ -58,20 +58,21 @@ class ModelSource:
 
 
 def check_model_name(name: str) -> None:
-    """Reject a model name that could not be a directory of a repository.
+    """Refuse, as current Triton refuses on load, a name that could leave the repository.
+
+    Triton 2.51 checks nothing (``..`` loads the repository's parent folder); current
+    Triton's ``ValidateModelName`` refuses an empty or blank name and any name holding
+    ``..`` or ``/``. Nothing else is refused: a name such as ``a\\b`` names a folder
+    that simply is not there.
 
     Raises:
-        InvalidArgumentError: the name is empty, blank, or contains '/', '\\', '..' or NUL.
+        InvalidArgumentError: the name is empty, blank, or contains '..' or '/'.
     """
     if not name:
         raise InvalidArgumentError("model name must not be empty")
     if not name.strip(" \t\n\v\f\r"):
         raise InvalidArgumentError("model name must not contain only whitespace characters")
-    if "\0" in name:
-        raise InvalidArgumentError(
-            f"invalid model name {name!r}, model name must not contain NUL characters"
-        )
-    if ".." in name or "/" in name or "\\" in name:
+    if ".." in name or "/" in name:
         raise InvalidArgumentError(
             f"invalid model name '{name}', model name must not contain path traversal characters"
         )
@@ -84,9 +85,10 @@ def scan_repositories(
 
     Returns ``(models, problems)``: ``models`` maps each model name to its source, sorted by
     name; ``problems`` maps a name found in more than one repository to
-    ``DUPLICATE_MODEL_REASON`` (such a name is left out of ``models``). Plain files and
-    hidden directories (names starting with '.') are not models. A directory listed twice
-    (even spelled differently) is scanned once.
+    ``DUPLICATE_MODEL_REASON`` (such a name is left out of ``models``). Plain files are
+    not models; every folder is, hidden ones too, as Triton takes them ('.ipynb_checkpoints'
+    is a model that fails to load). A directory listed twice (even spelled differently) is
+    scanned once.
 
     Raises:
         InvalidArgumentError: a repository does not exist, is not a directory or can't be
@@ -106,8 +108,8 @@ def find_models(repositories: Sequence[Path | str]) -> dict[str, list[ModelSourc
     """Every model folder of every repository: name -> its sources in repository order.
 
     A name with more than one source is in several repositories (allowed only with model
-    namespacing). Sorted by name; hidden folders and plain files are skipped; a repository
-    listed twice is scanned once.
+    namespacing). Sorted by name; plain files are skipped (hidden folders are not, as in
+    Triton); a repository listed twice is scanned once.
 
     Raises:
         InvalidArgumentError: a repository does not exist, is not a directory or can't be
@@ -131,8 +133,6 @@ def find_models(repositories: Sequence[Path | str]) -> dict[str, list[ModelSourc
     found: dict[str, list[ModelSource]] = {}
     for root in roots:
         for name in _subdirectories(root):
-            if name.startswith("."):
-                continue
             found.setdefault(name, []).append(ModelSource(name, root / name, root))
     return dict(sorted(found.items()))
 

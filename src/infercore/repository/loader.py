@@ -2,7 +2,10 @@
 
 ``ModelLoader.prepare`` reads a model's config (or takes a load request's override), picks
 the backend, auto-completes, normalises and validates the config and applies the version
-policy. ``ModelLoader.load_version`` creates one ``LoadedModel``, retrying a failed load
+policy. What Triton checks when it polls the repository (reading, normalising and
+validating the config) fails with ``PollFailed``: Triton then answers only "failed to poll
+from model repository" and leaves the model as it was; what fails later is a load error.
+``ModelLoader.load_version`` creates one ``LoadedModel``, retrying a failed load
 ``retry_count`` times (tritonserver's ``--model-load-retry-count``). Nothing here records
 states or decides what to load: the repository manager does.
 
@@ -31,7 +34,7 @@ from .layout import (
     version_dir,
 )
 
-__all__ = ["ModelLoader", "PreparedModel"]
+__all__ = ["ModelLoader", "PollFailed", "PreparedModel", "VersionsFailed"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,25 @@ _BACKEND_BY_FILE: tuple[tuple[str, str], ...] = (
 
 Describe = Callable[[str, int], model_config_pb2.ModelConfig]
 Infer = Callable[..., ResponseStream]
+
+
+class PollFailed(Exception):
+    """The model's config was refused where Triton's poll of the repository refuses it;
+    ``error`` says why (Triton logs it and answers only that the poll failed)."""
+
+    def __init__(self, error: TritonError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class VersionsFailed(Exception):
+    """The backend refused to complete the config: in Triton that happens as each version
+    loads, so each of ``versions`` failed with ``error``."""
+
+    def __init__(self, error: TritonError, versions: tuple[int, ...]) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.versions = versions
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +127,10 @@ class ModelLoader:
         """The model's final config and the versions its policy selects.
 
         Raises:
-            TritonError: the config is unreadable or invalid, no backend fits, or the
-                version policy selects no version.
+            PollFailed: the config is unreadable, or invalid once normalised.
+            VersionsFailed: the backend could not complete the config.
+            TritonError: no backend fits, auto-completion fails, or the version policy
+                selects no version.
         """
         name = source.name
         available = list_versions(source.path)
@@ -114,15 +138,18 @@ class ModelLoader:
             config: model_config_pb2.ModelConfig | None = model_config_pb2.ModelConfig()
             config.CopyFrom(override)  # type: ignore[union-attr]
         else:
-            config = model_config.read_model_config(
-                source.path, model_name=name, config_name=self._config_name
-            )
+            try:
+                config = model_config.read_model_config(
+                    source.path, model_name=name, config_name=self._config_name
+                )
+            except TritonError as exc:
+                raise PollFailed(exc) from exc
         if config is None:
             if self._strict:
-                raise InvalidArgumentError(
+                raise PollFailed(InvalidArgumentError(
                     f"failed to load '{name}': model configuration file config.pbtxt is "
                     "missing and auto-complete is disabled (strict model config)"
-                )
+                ))
             config = model_config_pb2.ModelConfig(name=name)
         backend_name = model_config.resolve_backend(config)
         if not backend_name and config.platform != "ensemble":
@@ -137,14 +164,22 @@ class ModelLoader:
         backend = (None if config.platform == "ensemble" else get_backend(
             backend_name, backend_settings(self._backend_configuration, backend_name)))
         if backend is not None and not self._strict and available:
-            backend.auto_complete_config(config, source.path, version_dir(source.path,
-                                                                          max(available)))
-        model_config.normalize_model_config(config, model_name=name, gpu_count=0)
-        model_config.validate_model_config(
-            config, model_name=name,
-            backend_can_batch=backend.supports_batching if backend is not None else True,
-            gpu_count=0,
-        )
+            try:
+                backend.auto_complete_config(config, source.path,
+                                             version_dir(source.path, max(available)))
+            except TritonError as exc:
+                versions, _ = select_versions(available, config.version_policy,
+                                              model_name=name)
+                raise VersionsFailed(exc, tuple(versions)) from exc
+        try:
+            model_config.normalize_model_config(config, model_name=name, gpu_count=0)
+            model_config.validate_model_config(
+                config, model_name=name,
+                backend_can_batch=backend.supports_batching if backend is not None else True,
+                gpu_count=0,
+            )
+        except TritonError as exc:  # Triton validates at poll (its IO checks come later)
+            raise PollFailed(exc) from exc
         versions, missing = select_versions(available, config.version_policy, model_name=name)
         if not versions:
             raise InvalidArgumentError(no_version_reason(name))

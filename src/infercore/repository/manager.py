@@ -16,7 +16,19 @@ repository manager:
   unloaded: they stop admitting and finish their in-flight requests (``unload_timeout``).
 - Loading an unchanged model does nothing; a changed one reloads what changed (a version
   folder: that version; anything else: every version). A config or file override always
-  reloads, and so does the next plain load after one.
+  reloads, and so does the next plain load after a file override; after a config
+  override only a change on disk does (Triton 2.51 stamps the override with the time of
+  its load, so the folder looks older).
+- A load has two stages, as in Triton. The poll reads the config (or the override, or
+  writes the override's files) and normalises and validates it; a model refused there
+  is left exactly as it was (nothing in the index, still serving if it was) and the
+  answer is only "failed to poll from model repository", the reason being logged. A model
+  that passes is known from then on; a version that then fails to load is UNAVAILABLE
+  with "<code>: <message>" as its reason, and the answer lists each such version.
+- Names are checked only when loading (current Triton's ``ValidateModelName``: no empty
+  or blank name, no '..' or '/'); any other name simply finds no model folder.
+- The index lists the model folders of the repositories: a model loaded from override
+  files alone is served but not listed.
 - Loading an ensemble first loads the models its steps use. Unloading a model first
   unloads the ensembles using it (they load again when it comes back);
   ``unload_dependents`` also unloads the steps of an unloaded ensemble that were loaded
@@ -57,7 +69,7 @@ from .layout import (
     find_models,
     snapshot_model,
 )
-from .loader import ModelLoader, PreparedModel
+from .loader import ModelLoader, PollFailed, PreparedModel, VersionsFailed
 from .overrides import OverrideDirectory
 from .states import ModelIndexEntry, ModelState, StateTable
 
@@ -65,7 +77,6 @@ __all__ = ["ModelKey", "RepositoryManager"]
 
 logger = logging.getLogger(__name__)
 
-_RELOAD_FAILED = "the reload failed, the previous version still serves: "
 
 
 @dataclass(slots=True)
@@ -76,7 +87,7 @@ class _Record:
     explicit: bool = False  # asked for by name (not only loaded for an ensemble)
     attempted: ModelSnapshot | None = None  # the folder at the last load attempt
     loaded: ModelSnapshot | None = None  # the folder the serving versions came from
-    overridden: bool = False  # serving a load request's config or files
+    overridden: bool = False  # serving a load request's files (a plain load reloads)
     override: OverrideDirectory | None = None  # where file overrides were written
     steps: tuple[ModelKey, ...] = ()  # an ensemble's step models, resolved at load
     waiting: bool = False  # an ensemble unloaded because a step model went away
@@ -85,11 +96,12 @@ class _Record:
 class _Operation:
     """One control operation's bookkeeping: each model tried once, and what changed."""
 
-    __slots__ = ("changed", "results")
+    __slots__ = ("changed", "results", "unpolled")
 
     def __init__(self) -> None:
         self.results: dict[ModelKey, str | None] = {}  # None: loaded (or unchanged)
         self.changed: set[ModelKey] = set()  # models whose serving versions were replaced
+        self.unpolled: set[ModelKey] = set()  # refused at the poll stage
 
 
 class RepositoryManager:
@@ -133,16 +145,20 @@ class RepositoryManager:
 
     # -- lookups -------------------------------------------------------------------------
     def index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
-        """Every model of the repositories (read now) and every model loaded, with the
-        state and reason of each version; models never loaded appear by name alone."""
+        """Every model folder of the repositories (read now), with the state and reason
+        of each version; models never loaded appear by name alone."""
         rows = self.states.index()
         try:
             found = find_models(self._repositories)
         except TritonError:
             found = {}
         duplicated = set() if self._namespacing else {n for n, s in found.items() if len(s) > 1}
-        entries = [e for e in rows if e.name in duplicated or e.version
-                   or e.reason != DUPLICATE_MODEL_REASON]  # a duplicate since resolved
+        folders = {(self._namespace(source), name) for name, sources in found.items()
+                   for source in sources}
+        entries = [e for e in rows
+                   if (e.name in duplicated and e.reason == DUPLICATE_MODEL_REASON)
+                   or ((e.namespace, e.name) in folders and e.name not in duplicated
+                       and (e.version or e.reason != DUPLICATE_MODEL_REASON))]
         recorded = {(e.namespace, e.name) for e in entries}
         for name, sources in found.items():
             if name in duplicated:
@@ -200,19 +216,21 @@ class RepositoryManager:
             with self._lock:
                 self._sources = sources
                 self._duplicates = frozenset(duplicates)
-            self._catalog.remember(duplicates | {name for _, name in sources})
             return sources
 
     def _keys_named(self, name: str) -> list[ModelKey]:
         """The repository models called ``name``, for a load by name."""
-        check_model_name(name)
         keys = sorted(key for key in self._sources if key[1] == name)
         if keys:
             return keys
-        reason = "failed to load '" + name + "', failed to poll from model repository"
         if name in self._duplicates:
-            reason += f": model '{name}' is not unique across all model repositories"
-        raise InternalError(reason)
+            raise self.poll_failure(name, "not unique across all model repositories")
+        raise self.poll_failure(name, "model not found in any model repository")
+
+    def poll_failure(self, name: str, reason: str) -> InternalError:
+        """Log why ``name`` was refused at the poll stage; the error Triton answers then."""
+        logger.error("Poll failed for model directory '%s': %s", name, reason)
+        return InternalError(_poll_failed(name))
 
     def _record(self, key: ModelKey, source: ModelSource) -> _Record:
         record = self._records.get(key)
@@ -220,7 +238,6 @@ class RepositoryManager:
             record = _Record(source)
             with self._lock:
                 self._records[key] = record
-            self._catalog.remember([key[1]])
         return record
 
     # -- model control: loading ------------------------------------------------------------
@@ -266,10 +283,13 @@ class RepositoryManager:
             override = None
             if files:
                 if config is None:
-                    raise InvalidArgumentError(
-                        f"failed to load '{name}', failed to poll from model repository: "
-                        "Load parameter 'config' must be specified for model file override")
-                override = OverrideDirectory(name, files)
+                    raise self.poll_failure(
+                        name, "Load parameter 'config' must be specified for model file "
+                        "override")
+                try:
+                    override = OverrideDirectory(name, files)
+                except InvalidArgumentError as exc:  # a path that would leave its folder
+                    raise self.poll_failure(name, exc.message) from exc
                 keys = [self._override_key(name)]
                 sources = {keys[0]: override.source}
             else:
@@ -281,10 +301,12 @@ class RepositoryManager:
                 self._load_key(key, operation, config=config, override=override,
                                force=config is not None)
             self._settle(operation)
+            if operation.unpolled.intersection(keys):
+                raise InternalError(_poll_failed(name))
             reasons = [reason for key in keys if (reason := operation.results.get(key))]
             if reasons:
-                raise InvalidArgumentError(
-                    f"load failed for model '{name}': " + "\n".join(reasons))
+                raise InvalidArgumentError("".join(f"load failed for model '{name}': {reason}\n"
+                                                   for reason in reasons))
 
     def _override_key(self, name: str) -> ModelKey:
         loaded = [key for key in self._catalog.models if key[1] == name]
@@ -350,7 +372,8 @@ class RepositoryManager:
         else:
             found = self._sources.get(key)
             if found is None:
-                return f"failed to load '{name}', failed to poll from model repository"
+                operation.unpolled.add(key)
+                return _poll_failed(name)
             source = found
             current = snapshot or snapshot_model(source.path)
         live = self._catalog.models.get(key, {})
@@ -367,11 +390,29 @@ class RepositoryManager:
         record.attempted = current
         try:
             prepared = self._loader.prepare(source, config)
+        except PollFailed as exc:  # left as it was, as Triton leaves a model it cannot poll
+            operation.unpolled.add(key)
+            if override is not None:
+                override.remove()
+            self.poll_failure(name, exc.error.message)
+            return _poll_failed(name)
+        except VersionsFailed as exc:  # each version fails to load, as in Triton
+            self._catalog.remember([name])
+            if not exc.versions:
+                return self._refuse(key, live, exc.error.message, override)
+            reason = f"{exc.error.code_name}: {exc.error.message}"
+            return self._discard(key, list(exc.versions), live, {},
+                                 dict.fromkeys(exc.versions, reason), override)
+        except TritonError as exc:
+            self._catalog.remember([name])
+            return self._refuse(key, live, exc.message, override)
+        self._catalog.remember([name])  # polled: Triton's lifecycle knows it from now on
+        try:
             steps = self._load_steps(key, prepared, operation, chain)
         except TritonError as exc:
             return self._refuse(key, live, exc.message, override)
-        for version, reason in prepared.missing.items():
-            self.states.set(name, version, ModelState.UNAVAILABLE, reason, namespace=namespace)
+        for version, reason in prepared.missing.items():  # Triton's index never lists them
+            logger.error("%s", reason)
         self.states.remove(name, -1, namespace=namespace)
         kept = {v: live[v] for v in prepared.versions
                 if changed is not None and v in live and v not in changed}
@@ -387,7 +428,7 @@ class RepositoryManager:
                     prepared, version, infer=self._infer_from(namespace),
                     describe=self._describer(namespace))
             except TritonError as exc:
-                errors[version] = exc.message
+                errors[version] = f"{exc.code_name}: {exc.message}"  # Triton's AsString
                 logger.error("failed to load '%s' version %d: %s", name, version, exc.message)
         if errors:
             return self._discard(key, fresh, live, loaded, errors, override)
@@ -400,7 +441,7 @@ class RepositoryManager:
         previous_override = record.override
         record.source = source
         record.loaded = current
-        record.overridden = config is not None or override is not None
+        record.overridden = override is not None
         record.override = override
         record.steps = steps
         record.waiting = False
@@ -450,8 +491,8 @@ class RepositoryManager:
         logger.error("failed to load '%s': %s", name, message)
         if live:
             for version in live:
-                self.states.set(name, version, ModelState.READY, _RELOAD_FAILED + message,
-                                namespace=namespace)
+                # as Triton: the serving version stays READY, the reason only logged
+                self.states.set(name, version, ModelState.READY, namespace=namespace)
         else:
             for version in self.states.versions(name, namespace=namespace):
                 self.states.remove(name, version, namespace=namespace)
@@ -472,8 +513,7 @@ class RepositoryManager:
                           for v, reason in sorted(errors.items()))
         for version in fresh:
             if version in live:
-                reason = _RELOAD_FAILED + errors.get(version, summary)
-                self.states.set(name, version, ModelState.READY, reason, namespace=namespace)
+                self.states.set(name, version, ModelState.READY, namespace=namespace)
             else:
                 self.states.set(name, version, ModelState.UNAVAILABLE,
                                 errors.get(version, summary), namespace=namespace)
@@ -535,7 +575,6 @@ class RepositoryManager:
         Unloading a model that is not loaded does nothing, as in Triton.
         """
         with self._control:
-            check_model_name(name)
             for key, record in self._records.items():
                 if key[1] == name:
                     record.explicit = False
@@ -551,12 +590,9 @@ class RepositoryManager:
         # Ensembles using the models go first, so their in-flight requests can finish.
         for key in reversed(_dependency_order({k: list(self._records[k].steps)
                                                for k in users})):
-            record = self._records[key]
-            gone = ", ".join(step[1] for step in record.steps if step in targets | users)
-            # "unloaded" first, as Triton reports a forced unload (readiness ignores it).
-            self._unload_model(key, f"unloaded: ensemble {key[1]} contains models that are "
-                               f"not available or ambiguous: {gone}", timeout)
-            record.waiting = True
+            # "unloaded", as Triton reports it (readiness ignores unloaded versions)
+            self._unload_model(key, "unloaded", timeout)
+            self._records[key].waiting = True
         for key in reversed(_dependency_order({k: list(self._records[k].steps)
                                                for k in targets})):
             self._unload_model(key, reason, timeout)
@@ -668,6 +704,11 @@ class RepositoryManager:
                 self.states.remove(name, version, namespace=namespace)
         with self._lock:
             self._records.pop(key, None)
+
+
+def _poll_failed(name: str) -> str:
+    """Triton's answer to a load refused at the poll stage (the reason is only logged)."""
+    return f"failed to load '{name}', failed to poll from model repository"
 
 
 def _dependency_order(steps: Mapping[ModelKey, Sequence[ModelKey]]) -> list[ModelKey]:

@@ -2,10 +2,12 @@
 
 Triton writes such files into a fresh temporary model directory and loads the model from
 there; the repositories are never written. Each path is checked before anything is
-written: it must be relative, free of '..', NUL and backslashes, and resolve inside the
-temporary folder, so a request cannot place a file anywhere else. The folder lives as long
-as the model versions loaded from it; the manager removes it when they are unloaded or
-replaced.
+written, as Triton checks it: joined under the temporary folder (a leading '/' stays under
+it) and resolved, it must stay inside that folder ('1/../model.py' does, '../x' does not),
+and name a file, so a request cannot place a file anywhere else. Unlike Triton's string
+prefix test, "inside" is tested on path components ('/tmp/ab' is not inside '/tmp/a').
+The folder lives as long as the model versions loaded from it; the manager removes it
+when they are unloaded or replaced.
 
 Threads: an ``OverrideDirectory`` is created and removed on the thread running a model
 control operation; nothing else touches it.
@@ -17,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..errors import InvalidArgumentError
 from .layout import ModelSource, check_model_name, resolve_inside
@@ -68,6 +70,8 @@ class OverrideDirectory:
                 NUL, would leave the folder, or clashes with another file's folder.
         """
         check_model_name(model_name)
+        if "\0" in model_name:  # it names a folder here
+            raise InvalidArgumentError(f"invalid model name {model_name!r} for a model folder")
         if not files:
             raise InvalidArgumentError(
                 f"failed to load '{model_name}': no model file given for the override")
@@ -91,14 +95,13 @@ class OverrideDirectory:
 
     def _write(self, relative: str, content: bytes) -> None:
         parameter = FILE_PREFIX + relative
-        path = PurePosixPath(relative)
-        if (not relative or "\0" in relative or "\\" in relative or path.is_absolute()
-                or ".." in path.parts or relative.endswith("/")):
+        inside = relative.lstrip("/")  # joined under the folder, as Triton joins it
+        if not inside or "\0" in inside or inside.endswith("/"):
             raise InvalidArgumentError(
                 f"Invalid file parameter '{parameter}': the path must name a file inside "
-                "the model directory (relative, without '..')")
+                "the model directory")
         try:
-            target = resolve_inside(self.model_dir, relative)
+            target = resolve_inside(self.model_dir, inside)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(
                 f"Invalid file parameter '{parameter}' must stay within model directory: "

@@ -13,7 +13,7 @@ from infercore.backends.python.loader import (
     model_package,
     unload_model_class,
 )
-from infercore.errors import InvalidArgumentError
+from infercore.errors import InternalError, InvalidArgumentError
 
 MODEL_PY = """
 import triton_python_backend_utils as pb_utils
@@ -163,7 +163,7 @@ def test_exception_while_importing_is_reported(tmp_path: Path):
 
 def test_missing_triton_python_model_uses_tritons_wording(tmp_path: Path):
     _model(tmp_path, "m", "class SomethingElse:\n    pass\n")
-    with pytest.raises(InvalidArgumentError) as info:
+    with pytest.raises(InternalError) as info:
         _load(tmp_path, "m")
     assert "AttributeError: module '1.model' has no attribute 'TritonPythonModel'" in (
         info.value.message

@@ -546,7 +546,7 @@ def test_model_file_with_a_syntax_error_fails_create_model(harness: Harness):
 
 
 def test_model_file_without_the_class_fails_create_model(harness: Harness):
-    with pytest.raises(InvalidArgumentError, match="has no attribute 'TritonPythonModel'"):
+    with pytest.raises(InternalError, match="has no attribute 'TritonPythonModel'"):
         harness.load("m", "class Model:\n    pass\n", INT_CONFIG)
 
 

@@ -27,7 +27,7 @@ import threading
 import types
 from pathlib import Path
 
-from ...errors import InvalidArgumentError
+from ...errors import InternalError, InvalidArgumentError
 
 __all__ = ["MODEL_CLASS_NAME", "load_model_class", "model_package", "unload_model_class"]
 
@@ -56,7 +56,8 @@ def load_model_class(
 
     Raises:
         InvalidArgumentError: the file is outside the repository, missing, not a ``.py``
-            file, fails to import, or has no ``TritonPythonModel`` class.
+            file, or fails to import.
+        InternalError: it has no ``TritonPythonModel`` class.
     """
     model_file = Path(os.path.abspath(model_file))
     if model_name is None:
@@ -89,10 +90,9 @@ def load_model_class(
     model_class = getattr(module, MODEL_CLASS_NAME, None)
     if not isinstance(model_class, type):
         _drop_package(package)
-        raise InvalidArgumentError(
-            f"failed to load model '{model_name}' from '{model_file}': AttributeError: "
-            f"module '{triton_name}' has no attribute '{MODEL_CLASS_NAME}'"
-        )
+        # Triton's words, and its code (tests/conformance: repository_explicit)
+        raise InternalError(
+            f"AttributeError: module '{triton_name}' has no attribute '{MODEL_CLASS_NAME}'")
     return model_class
 
 
