@@ -65,8 +65,9 @@ FLAG_TABLE = [
     (["--exit-timeout-secs=-3"], "exit_timeout", 0),
     (["--model-control-mode=EXPLICIT"], "model_control_mode", ModelControlMode.EXPLICIT),
     (["--model-control-mode", "poll"], "model_control_mode", ModelControlMode.POLL),
-    (["--load-model=a", "--load-model", "b", "--load-model=a"], "startup_models", ("a", "b")),
-    (["--load-model=*"], "startup_models", ("*",)),
+    (["--model-control-mode=explicit", "--load-model=a", "--load-model", "b",
+      "--load-model=a"], "startup_models", ("a", "b")),
+    (["--model-control-mode=explicit", "--load-model=*"], "startup_models", ("*",)),
     (["--repository-poll-secs=2"], "repository_poll_secs", 2.0),
     (["--strict-model-config=true"], "strict_model_config", True),
     (["--disable-auto-complete-config"], "strict_model_config", True),
@@ -381,7 +382,9 @@ def test_serve_exits_nonzero_when_a_model_fails_to_load(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 1
-    assert "| broken" in err and "UNAVAILABLE" in err and "nonsense" in err
+    # the config fails Triton's poll: logged with its reason, then tritonserver's last words
+    assert "Poll failed for model directory 'broken'" in err and "nonsense" in err
+    assert err.rstrip().endswith("error: creating server: Internal - failed to load all models")
 
 
 def test_serve_exits_nonzero_when_a_port_is_taken():

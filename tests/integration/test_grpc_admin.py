@@ -116,8 +116,11 @@ def test_load_with_a_config_override(client):
     client.load_model("spare", config=json.dumps(config))
     try:
         assert client.get_model_config("spare").config.max_batch_size == 2
+        client.load_model("spare")  # as Triton 2.51: the unchanged folder keeps the override
+        assert client.get_model_config("spare").config.max_batch_size == 2
     finally:
-        client.load_model("spare")
+        config["max_batch_size"] = 8
+        client.load_model("spare", config=json.dumps(config))
     assert client.get_model_config("spare").config.max_batch_size == 8
 
 

@@ -3,7 +3,9 @@
 POLL: a model is edited (code, a new version, its config) while clients keep requests in
 flight over HTTP and gRPC; no request may fail and new requests reach the new version.
 EXPLICIT: load and unload with config and file overrides, unload_dependents, load errors
-that carry their cause, failed reloads that keep serving, and path traversal attempts.
+that carry their cause (or, refused at Triton's poll stage, log it), failed reloads that
+keep serving, and path traversal attempts: refused, and nothing written outside a
+temporary model folder.
 
 Waits are on a separate process, so they poll an observable condition with a deadline.
 """
@@ -243,10 +245,10 @@ def test_poll_reloads_edited_models_while_requests_are_in_flight(tmp_path, scrat
             (model_dir / "config.pbtxt").write_text(config("live", count=2))
             wait_for(lambda: server.http.get_model_config("live")["instance_group"][0]
                      ["count"] == 2, 60, server.log)
-            # A broken release: the last good one keeps serving, the index says why.
+            # A broken release: the last good one keeps serving, the log says why (the
+            # index, as Triton's, still says READY).
             (model_dir / "2" / "model.py").write_text("def broken(:\n")
-            wait_for(lambda: "SyntaxError" in json.dumps(
-                server.http.get_model_repository_index()), 60, server.log)
+            wait_for(lambda: "SyntaxError" in server.log(), 60, server.log)
             before = traffic.count
             wait_for(lambda: traffic.count > before + 20, 60, server.log)
         finally:
@@ -302,12 +304,16 @@ def test_explicit_load_and_unload_over_http_and_grpc(explicit):
     assert _index(server)[("echo", "1")]["state"] == "UNAVAILABLE"
     server.grpc.load_model("echo")
     assert grpc_answer(server.grpc, "echo") == (1, 1)
-    # a config override: two instances, until the next plain load
+    # a config override: two instances; as in Triton 2.51 a plain load keeps it (the
+    # folder did not change since), another override replaces it
     override = server.http.get_model_config("echo")
     override["instance_group"][0]["count"] = 2
     server.grpc.load_model("echo", config=json.dumps(override))
     assert server.grpc.get_model_config("echo").config.instance_group[0].count == 2
     server.http.load_model("echo")
+    assert server.grpc.get_model_config("echo").config.instance_group[0].count == 2
+    override["instance_group"][0]["count"] = 1
+    server.http.load_model("echo", config=json.dumps(override))
     assert server.grpc.get_model_config("echo").config.instance_group[0].count == 1
 
 
@@ -345,7 +351,6 @@ def test_unload_dependents_over_both_protocols(explicit):
 @pytest.mark.parametrize(("name", "cause"), [
     ("syntax", "SyntaxError"),
     ("refuses", "no GPU here, said initialize"),
-    ("misconfigured", "max_batch_size"),
 ])
 def test_load_errors_carry_their_cause_over_both_protocols(explicit, name, cause):
     server, _, _ = explicit
@@ -359,9 +364,26 @@ def test_load_errors_carry_their_cause_over_both_protocols(explicit, name, cause
     assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert cause in raised.value.message()
     reasons = [e.get("reason", "") for (n, _), e in _index(server).items() if n == name]
-    assert reasons and all(cause in reason for reason in reasons)
+    # each version's reason: "<code>: <message>", as Triton's
+    assert reasons and all(reason.split(": ", 1)[0] in ("Internal", "Invalid argument")
+                           and cause in reason for reason in reasons)
     assert cause in server.log()
     assert server.http.is_server_live()
+
+
+def test_a_config_refused_at_the_poll_answers_as_triton_and_logs_why(explicit):
+    server, _, _ = explicit
+    with pytest.raises(InferenceServerException) as raised:
+        server.http.load_model("misconfigured")
+    assert raised.value.status() == "500"
+    assert raised.value.message() == (
+        "failed to load 'misconfigured', failed to poll from model repository")
+    with pytest.raises(InferenceServerException) as raised:
+        server.grpc.load_model("misconfigured")
+    assert raised.value.status() == "StatusCode.INTERNAL"
+    assert _index(server)[("misconfigured", "")] == {"name": "misconfigured"}  # untouched
+    assert "Poll failed for model directory 'misconfigured'" in server.log()
+    assert "max_batch_size" in server.log()
 
 
 def test_a_failed_reload_keeps_the_serving_version(explicit):
@@ -374,8 +396,10 @@ def test_a_failed_reload_keeps_the_serving_version(explicit):
         with pytest.raises(InferenceServerException, match="no_such_module_anywhere"):
             server.grpc.load_model("echo")
         assert http_answer(server.http, "echo") == (1, 1)
-        entry = _index(server)[("echo", "1")]
-        assert entry["state"] == "READY" and "no_such_module_anywhere" in entry["reason"]
+        # as Triton: still READY, no reason in the index (the log says why)
+        assert _index(server)[("echo", "1")] == {"name": "echo", "version": "1",
+                                                 "state": "READY"}
+        assert "no_such_module_anywhere" in server.log()
     finally:
         source.write_text(good + "\n")
         server.http.load_model("echo")
@@ -395,29 +419,54 @@ def test_path_traversal_in_the_url_is_refused(explicit, path, statuses):
     assert server.http.is_server_live()
 
 
-def test_path_traversal_in_names_and_files_is_refused(explicit):
-    server, repository, scratch = explicit
+def test_names_that_leave_the_repository_are_refused_on_load_only(explicit):
+    server, _, _ = explicit
     for name in ("../escape", "a/b", ".."):
-        for call in (server.grpc.load_model, server.grpc.unload_model):
-            with pytest.raises(InferenceServerException) as raised:
-                call(name)
-            assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
-            assert "model name" in raised.value.message()
-    for path in ("../escape.py", "1/../../escape.py", "/tmp/escape.py"):
-        status, body = server.post("/v2/repository/models/sneaky/load", {"parameters": {
-            "config": config_json("sneaky"),
-            f"file:{path}": base64.b64encode(b"print('escaped')").decode()}})
-        assert status == 400 and "Invalid file parameter" in body["error"], body
         with pytest.raises(InferenceServerException) as raised:
-            server.grpc.load_model("sneaky", config=config_json("sneaky"),
-                                   files={f"file:{path}": b"print('escaped')"})
+            server.grpc.load_model(name)
         assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert list(scratch.iterdir()) == []
-    assert not (repository.parent / "escape.py").exists()
-    assert not (repository / "escape.py").exists()
+        assert raised.value.message() == (
+            f"invalid model name '{name}', model name must not contain path traversal "
+            "characters")
+        server.grpc.unload_model(name)  # as Triton: nothing loaded by that name, nothing done
     x = grpcclient.InferInput("X", [1], "INT32")
     x.set_data_from_numpy(np.array([1], np.int32))
     with pytest.raises(InferenceServerException) as raised:
         server.grpc.infer("../echo", [x])
     # as Triton (tests/conformance metadata): a lookup checks no name, it finds none
     assert raised.value.message() == "Request for unknown model: '../echo' is not found"
+
+
+@pytest.mark.parametrize("path", ["../escape.py", "1/../../escape.py", "../../escape.py",
+                                  "1/../../sneaky_twin/1/model.py", "1/model.py/../../../x"])
+def test_file_override_paths_that_leave_the_model_folder_write_nothing(explicit, path):
+    server, repository, scratch = explicit
+    payload = b"print('escaped')"
+    status, body = server.post("/v2/repository/models/sneaky/load", {"parameters": {
+        "config": config_json("sneaky"), f"file:{path}": base64.b64encode(payload).decode()}})
+    assert (status, body) == (500, {"error": "failed to load 'sneaky', failed to poll from "
+                                             "model repository"})
+    with pytest.raises(InferenceServerException) as raised:
+        server.grpc.load_model("sneaky", config=config_json("sneaky"),
+                               files={f"file:{path}": payload})
+    assert raised.value.status() == "StatusCode.INTERNAL"
+    assert f"Invalid file parameter 'file:{path}' must stay within model directory" in (
+        server.log())
+    assert list(scratch.iterdir()) == []  # the temporary folder is gone, nothing beside it
+    assert not list(scratch.parent.glob("**/escape.py"))
+    assert not (repository / "sneaky_twin").exists()
+    assert server.http.is_server_live()
+
+
+def test_file_override_paths_are_joined_under_the_model_folder(explicit):
+    server, _, scratch = explicit
+    # as Triton: '/x' is joined under the folder, and '..' that stays inside is allowed
+    server.http.load_model("joined", config=config_json("joined"), files={
+        "file:/1/model.py": model_py(21).encode(),
+        "file:2/../3/model.py": model_py(22).encode()})
+    assert http_answer(server.http, "joined") == (22, 3)
+    (folder,) = scratch.iterdir()
+    assert sorted(p.name for p in (folder / "joined").iterdir()) == ["1", "3"]
+    assert not Path("/1/model.py").exists()
+    server.grpc.unload_model("joined")
+    assert list(scratch.iterdir()) == []

@@ -120,7 +120,8 @@ def test_a_changed_config_reloads_every_version_and_a_removed_version_unloads(re
         assert _rows(server, "m") == {"1": ("READY", ""), "2": ("UNAVAILABLE", "unloaded")}
 
 
-def test_a_failed_reload_keeps_the_serving_version_with_the_reason(repo, state):
+def test_a_failed_reload_keeps_the_serving_version_with_no_reason_as_triton(repo, state,
+                                                                           caplog):
     model_dir = add_echo(repo, "m", 1)
     with _explicit(repo, "m") as server:
         (model_dir / "1" / "model.py").write_text("def broken(:\n")
@@ -130,26 +131,22 @@ def test_a_failed_reload_keeps_the_serving_version_with_the_reason(repo, state):
         assert message.startswith("load failed for model 'm': version 1 is at UNAVAILABLE "
                                   "state: ") and "SyntaxError" in message
         assert _tag(server, "m") == 1
-        state_, reason = _rows(server, "m")["1"]
-        assert state_ == "READY" and "SyntaxError" in reason and "previous version" in reason
+        assert _rows(server, "m")["1"] == ("READY", "")  # the log says why
+        assert "SyntaxError" in caplog.text
         (model_dir / "1" / "model.py").write_text(echo_py(3))
         server.load("m")  # fixed: the reload goes through and the reason is gone
         assert _tag(server, "m") == 3 and _rows(server, "m")["1"] == ("READY", "")
 
 
-@pytest.mark.parametrize(("model_py", "config", "cause"), [
-    ("def broken(:\n", None, "SyntaxError"),
-    (None, None, "initialize of m refused on purpose"),
-    (None, 'name: "m"\nbackend: "python"\nmax_batch_size: nope\n', "max_batch_size"),
-    (None, 'name: "other"\nbackend: "python"\n', "directory name must equal model name"),
+@pytest.mark.parametrize(("model_py", "cause"), [
+    ("def broken(:\n", "SyntaxError"),
+    (None, "initialize of m refused on purpose"),
 ])
 def test_load_errors_carry_their_cause_to_the_caller_index_and_log(repo, state, caplog,
-                                                                   model_py, config, cause):
+                                                                   model_py, cause):
     model_dir = add_echo(repo, "m", 1)
     if model_py is not None:
         (model_dir / "1" / "model.py").write_text(model_py)
-    if config is not None:
-        (model_dir / "config.pbtxt").write_text(config)
     state.refuse_initialize["m"] = 1
     with _explicit(repo) as server:
         with pytest.raises(InvalidArgumentError, match="load failed for model 'm'") as raised:
@@ -159,6 +156,26 @@ def test_load_errors_carry_their_cause_to_the_caller_index_and_log(repo, state, 
         assert reasons and all(cause in reason for reason in reasons)
         assert any(cause in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
         assert not server.model("m").ready()
+
+
+@pytest.mark.parametrize(("config", "cause"), [
+    ('name: "m"\nbackend: "python"\nmax_batch_size: nope\n', "max_batch_size"),
+    ('name: "other"\nbackend: "python"\n', "directory name must equal model name"),
+])
+def test_a_config_refused_at_the_poll_leaves_the_model_untouched_and_logs_why(
+        repo, state, caplog, config, cause):
+    model_dir = add_echo(repo, "m", 1)
+    (model_dir / "config.pbtxt").write_text(config)
+    with _explicit(repo) as server:
+        with pytest.raises(InternalError) as raised:
+            server.load("m")
+        # Triton's whole answer
+        assert raised.value.message == "failed to load 'm', failed to poll from model repository"
+        assert _rows(server, "m") == {"": ("UNKNOWN", "")}  # by name alone, as before
+        assert any("Poll failed for model directory 'm'" in r.getMessage() and cause in
+                   r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+        with pytest.raises(NotFoundError, match="'m' is not found"):  # never polled
+            server.model("m").infer(inputs=X)
 
 
 def test_a_failed_load_is_retried_model_load_retry_count_times(repo, state):
@@ -244,14 +261,17 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def test_a_config_override_replaces_config_pbtxt_until_the_next_plain_load(repo, state):
-    add_echo(repo, "m", 1, versions=(1, 2))
+def test_a_config_override_stays_until_the_folder_changes_as_in_triton(repo, state):
+    model_dir = add_echo(repo, "m", 1, versions=(1, 2))
     with _explicit(repo, "m") as server:
         assert server._manager.ready_versions("m") == [2]
         config = server.model("m").config()
         config["version_policy"] = {"specific": {"versions": [1]}}
         server.load("m", config=config)
         assert server._manager.ready_versions("m") == [1]
+        server.load("m")  # Triton 2.51: the folder is older than the override
+        assert server._manager.ready_versions("m") == [1]
+        (model_dir / "config.pbtxt").write_text(echo_config("m") + "\n")
         server.load("m")
         assert server._manager.ready_versions("m") == [2]
 
@@ -285,41 +305,65 @@ def test_files_replace_a_repository_model_until_the_next_plain_load(repo, state,
         assert _tag(server, "m") == 10
 
 
-def test_files_need_a_config(repo, state):
-    with _explicit(repo) as server, pytest.raises(
-            InvalidArgumentError, match="Load parameter 'config' must be specified for model "
-                                        "file override"):
+def test_files_need_a_config(repo, state, caplog):
+    with _explicit(repo) as server, pytest.raises(InternalError, match="failed to poll"):
         server.load("m", files={"1/model.py": b"x"})
+    assert "Load parameter 'config' must be specified for model file override" in caplog.text
 
 
-@pytest.mark.parametrize("path", ["../escape.py", "1/../../escape.py", "/tmp/escape.py",
-                                  "1\\..\\escape.py", "", "1/model.py\0", "1/"])
-def test_file_paths_cannot_leave_the_model_folder(repo, state, scratch, path):
+@pytest.mark.parametrize("path", ["../escape.py", "1/../../escape.py", "../../escape.py",
+                                  "", "1/model.py\0", "1/", "/"])
+def test_file_paths_cannot_leave_the_model_folder(repo, state, scratch, caplog, path):
     with _explicit(repo) as server:
-        with pytest.raises(InvalidArgumentError, match="Invalid file parameter"):
+        with pytest.raises(InternalError) as raised:
             server.load("m", config="{}", files={"1/model.py": b"", path: b"escape"})
+        assert raised.value.message == "failed to load 'm', failed to poll from model repository"
+        assert "Invalid file parameter" in caplog.text  # the reason is logged
         assert list(scratch.iterdir()) == []  # nothing written, not even the folder
-        assert not (scratch.parent / "escape.py").exists() and list(repo.path.iterdir()) == []
+        assert not list(scratch.parent.glob("**/escape.py"))
+        assert list(repo.path.iterdir()) == []
 
 
-def test_a_file_cannot_also_be_a_folder(repo, state, scratch):
-    with _explicit(repo) as server, pytest.raises(InvalidArgumentError,
-                                                  match="directory has been created as a file"):
+@pytest.mark.parametrize("path", ["/tmp/escape.py", "1\\..\\escape.py", "2/../escape.py"])
+def test_file_paths_that_stay_inside_are_written_there_as_in_triton(repo, state, scratch,
+                                                                    path):
+    with _explicit(repo) as server:
+        server.load("m", config=echo_config_json(), files={"1/model.py": echo_py(4).encode(),
+                                                           path: b"kept"})
+        folder = server._manager.get("m").context.model_dir
+        assert (folder / path.lstrip("/").replace("2/../", "")).read_bytes() == b"kept"
+        assert not list(scratch.parent.glob("escape.py")) and not Path("/tmp/escape.py").exists()
+        server.unload("m")
+        assert list(scratch.iterdir()) == []
+
+
+def test_a_file_cannot_also_be_a_folder(repo, state, scratch, caplog):
+    with _explicit(repo) as server, pytest.raises(InternalError, match="failed to poll"):
         server.load("m", config="{}", files={"1": b"a file", "1/model.py": b"a model"})
+    assert "directory has been created as a file" in caplog.text
     assert list(scratch.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["a/b", "..", "../m", "a\\b", "", "m\0"])
-def test_model_names_with_path_characters_are_refused(repo, state, name):
+@pytest.mark.parametrize(("name", "message"), [
+    ("a/b", "path traversal"), ("..", "path traversal"), ("../m", "path traversal"),
+    ("a..b", "path traversal"), ("", "must not be empty"), (" ", "only whitespace")])
+def test_names_that_could_leave_the_repository_are_refused_on_load_only(repo, state, name,
+                                                                        message):
     add_echo(repo, "m", 1)
     with _explicit(repo, "m") as server:
-        for call in (server.load, server.unload):
-            with pytest.raises(InvalidArgumentError, match="model name"):
-                call(name)
+        with pytest.raises(InvalidArgumentError, match=message):
+            server.load(name)
+        server.unload(name)  # as Triton: nothing is loaded by that name, nothing happens
         # a request checks no name, as Triton's lookup: no model has it
         with pytest.raises(NotFoundError, match="is not found"):
             server.model(name).infer(inputs=X)
         assert _tag(server, "m") == 1
+
+
+@pytest.mark.parametrize("name", ["a\\b", "m\0"])
+def test_other_names_just_find_no_model(repo, state, name):
+    with _explicit(repo) as server, pytest.raises(InternalError, match="failed to poll"):
+        server.load(name)
 
 
 def test_an_unknown_model_fails_to_load_with_tritons_message(repo, state):
@@ -366,8 +410,7 @@ def test_unloading_a_step_unloads_its_ensembles_until_it_is_back(pipe_repo, stat
     with _explicit(pipe_repo, "pipe") as server:
         server.unload("step")
         assert _ready(server) == set()
-        state_, reason = _rows(server, "pipe")["1"]
-        assert state_ == "UNAVAILABLE" and "not available" in reason and "step" in reason
+        assert _rows(server, "pipe")["1"] == ("UNAVAILABLE", "unloaded")  # Triton's words
         server.load("step")  # the ensemble was not unloaded by name: it comes back
         assert _ready(server) == {"pipe", "step"} and _tag(server, "pipe") == 4
         server.unload("pipe")
@@ -415,7 +458,8 @@ def two_repos(tmp_path: Path) -> tuple[RepositoryBuilder, RepositoryBuilder]:
     return first, second
 
 
-def test_without_namespacing_a_name_in_two_repositories_is_not_loaded(two_repos, state):
+def test_without_namespacing_a_name_in_two_repositories_is_not_loaded(two_repos, state,
+                                                                      caplog):
     first, second = two_repos
     with Server(model_repository=[first.path, second.path], exit_on_error=False) as server:
         rows = [e for e in server.repository_index() if e.name == "m"]
@@ -425,8 +469,9 @@ def test_without_namespacing_a_name_in_two_repositories_is_not_loaded(two_repos,
         with pytest.raises(NotFoundError):
             server.model("m").infer(inputs=X)
     server = Server(model_repository=[first.path, second.path])
-    with pytest.raises(InternalError, match="m: model appears in two or more repositories"):
+    with pytest.raises(InternalError, match="failed to load all models"):
         server.start()  # exit_on_error: as Triton, a duplicate fails the start
+    assert "'m': model appears in two or more repositories" in caplog.text
 
 
 def test_with_namespacing_each_repository_keeps_its_model(two_repos, state):

@@ -39,8 +39,7 @@ def test_override_files_land_in_a_model_folder_named_after_the_model(tmp_path: P
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("path", ["../x", "1/../../x", "/abs/x", "a\\b", "", "x\0", "1/",
-                                  "."])
+@pytest.mark.parametrize("path", ["../x", "1/../../x", "/../x", "", "x\0", "1/", ".", "/"])
 def test_override_paths_that_do_not_name_a_file_inside_are_refused(tmp_path: Path, monkeypatch,
                                                                     path: str) -> None:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))

@@ -411,7 +411,7 @@ class RepositoryManager:
             steps = self._load_steps(key, prepared, operation, chain)
         except TritonError as exc:
             return self._refuse(key, live, exc.message, override)
-        for version, reason in prepared.missing.items():  # Triton's index never lists them
+        for reason in prepared.missing.values():  # Triton's index never lists them
             logger.error("%s", reason)
         self.states.remove(name, -1, namespace=namespace)
         kept = {v: live[v] for v in prepared.versions
