@@ -32,7 +32,7 @@ from ..server import Server
 from .busy_poll import BusyPoll
 from .http_generate import GenerateHandler
 from .http_infer import InferHandler
-from .http_json import JsonObject, parse_json
+from .http_json import JsonObject, parse_json, utf8
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
 from .http_params import is_uint
 from .kserve import as_triton_error
@@ -367,7 +367,7 @@ _BASE64 = re.compile(rb"[^A-Za-z0-9+/]")
 def _base64_decode(text: str) -> bytes:
     """Base64 as Triton's frontend decodes it (libb64): characters outside the alphabet,
     padding included, are skipped, and a last incomplete group gives what bits it holds."""
-    data = _BASE64.sub(b"", text.encode("utf-8", "surrogatepass"))
+    data = _BASE64.sub(b"", utf8(text))
     if len(data) % 4 == 1:
         data = data[:-1]  # six bits: not a byte
     return base64.b64decode(data + b"=" * (-len(data) % 4))
