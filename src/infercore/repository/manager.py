@@ -78,7 +78,6 @@ __all__ = ["ModelKey", "RepositoryManager"]
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(slots=True)
 class _Record:
     """What the manager remembers about one model (written by control operations)."""
