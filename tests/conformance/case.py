@@ -47,7 +47,8 @@ class Http:
     ``body`` is sent with a Content-Length unless ``chunks`` is given (then the body is
     sent chunked, ``trailers`` after the last chunk) or ``raw`` is (then those bytes are
     the whole request, sent as they are, and ``responses`` answers are read from it).
-    ``json`` is a shorthand for a compact JSON body. Placeholders ``{http_port}``,
+    ``half_close``: the client shuts its side for writing once everything is sent (the
+    server reads the end of the stream). ``json`` is a shorthand for a compact JSON body. Placeholders ``{http_port}``,
     ``{grpc_port}``, ``{tmp}`` in the path, headers and body are filled in per run.
     """
 
@@ -60,6 +61,7 @@ class Http:
     trailers: Sequence[tuple[str, str]] = ()
     raw: bytes | None = None
     responses: int = 1
+    half_close: bool = False
 
     def payload(self) -> bytes | None:
         if self.json is not None:

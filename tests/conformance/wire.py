@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import json
 import os
 import socket
@@ -108,8 +109,9 @@ def _request_bytes(endpoint: Endpoint, step: Http) -> bytes:
     if step.chunks is not None:
         if "transfer-encoding" not in names:
             headers.append(("Transfer-Encoding", "chunked"))
-        framed = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in step.chunks)
-        trailer = b"".join(f"{k}: {v}\r\n".encode() for k, v in step.trailers)
+        chunks = [endpoint.fill(c) for c in step.chunks]
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+        trailer = b"".join(f"{k}: {endpoint.fill(v)}\r\n".encode() for k, v in step.trailers)
         body = framed + b"0\r\n" + trailer + b"\r\n"
     elif body is not None and "content-length" not in names:
         headers.append(("Content-Length", str(len(body))))
@@ -127,8 +129,11 @@ def _http(endpoint: Endpoint, step: Http) -> dict[str, Any]:
         with socket.create_connection(("127.0.0.1", endpoint.http_port),
                                       timeout=STEP_TIMEOUT_S) as sock:
             sock.sendall(data)
+            if step.half_close:
+                sock.shutdown(socket.SHUT_WR)
+            reader = _ConnectionReader(sock)
             for _ in range(step.responses):
-                answers.append(_read_response(sock, step.method))
+                answers.append(_read_response(reader, step.method))
                 if answers[-1].get("status") is None:
                     break
     except (ConnectionResetError, BrokenPipeError):
@@ -138,8 +143,25 @@ def _http(endpoint: Endpoint, step: Http) -> dict[str, Any]:
     return answers[0] if step.responses == 1 else {"responses": answers}
 
 
-def _read_response(sock: socket.socket, method: str) -> dict[str, Any]:
-    response = http.client.HTTPResponse(sock, method=method)
+class _ConnectionReader:
+    """What http.client reads responses from: one buffer for the whole connection, so a
+    response that arrived together with the previous one is not lost with that one's
+    buffer, and closing one response does not close the stream."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._file = _Unclosable(socket.SocketIO(sock, "rb"))
+
+    def makefile(self, *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return self._file
+
+
+class _Unclosable(io.BufferedReader):
+    def close(self) -> None:  # the socket is closed by its owner, after the last answer
+        pass
+
+
+def _read_response(reader: _ConnectionReader, method: str) -> dict[str, Any]:
+    response = http.client.HTTPResponse(reader, method=method)  # type: ignore[arg-type]
     try:
         response.begin()
         body = response.read()
@@ -147,6 +169,8 @@ def _read_response(sock: socket.socket, method: str) -> dict[str, Any]:
         return {"status": None, "closed": True}
     except TimeoutError:
         return {"status": None, "timeout": True}
+    except http.client.HTTPException as error:  # not an HTTP/1.x answer: what came back
+        return {"status": None, "unreadable": f"{type(error).__name__}: {error}"}
     headers = {k.lower(): v for k, v in response.getheaders() if k.lower() in READ_HEADERS}
     answer: dict[str, Any] = {"status": response.status, "headers": headers}
     header_length = headers.get("inference-header-content-length")
