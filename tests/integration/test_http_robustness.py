@@ -6,12 +6,13 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import select
 import socket
 import time
 
 import numpy as np
 import pytest
-from serve_process import infer_and_leave
+from serve_process import http_status, infer_and_leave
 
 pytest_plugins = ["conftest_http"]
 
@@ -172,14 +173,26 @@ def test_unknown_route_and_wrong_method(http_server):
     assert (status, _error(answer)) == (405, "Method Not Allowed")
 
 
-def test_malformed_http_is_answered_and_the_connection_closed(http_server):
+def test_malformed_http_closes_the_connection_without_an_answer(http_server):
+    # Triton's answer (tests/conformance/cases/http_framing.py): no answer, a closed socket
     with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
         sock.sendall(b"NONSENSE\x00\x01 / HTTP/9.9\r\n\r\n")
-        answer = _read_response(sock)
-        assert sock.recv(1) == b""  # closed
+        assert _read_response(sock) == b""
 
-    assert answer.startswith(b"HTTP/1.1 400")
     _assert_still_serving(http_server)
+
+
+def test_requests_before_malformed_bytes_are_answered_first(http_server):
+    body, headers = _binary_request()
+    infer = (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+             b"Inference-Header-Content-Length: " + headers[
+                 "Inference-Header-Content-Length"].encode()
+             + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(infer + b"GARBAGE\r\n\r\n")
+        responses = _Responses(sock)
+        assert responses.next().startswith(b"HTTP/1.1 200")
+        assert responses.next() == b""  # then closed
 
 
 def test_pipelined_requests_are_answered_in_order(http_server):
@@ -312,3 +325,108 @@ class _Responses:
 
 def _read_response(sock: socket.socket) -> bytes:
     return _Responses(sock).next()
+
+
+# -- framing from the head only; bounds as bytes arrive -----------------------------------
+def _chunked_infer(body: bytes, head: str = "", trailer: str = "") -> bytes:
+    return (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            + head.encode() + b"\r\n" + b"%x\r\n%s\r\n0\r\n" % (len(body), body)
+            + trailer.encode() + b"\r\n")
+
+
+_JSON_INFER = json.dumps({"inputs": [
+    {"name": name, "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+    for name in ("INPUT0", "INPUT1")]}).encode()
+
+
+@pytest.mark.parametrize("trailer", [
+    "Content-Encoding: gzip\r\n",
+    "Inference-Header-Content-Length: 10\r\n",
+    "Accept-Encoding: gzip\r\n",
+])
+def test_trailer_fields_do_not_change_how_the_body_is_read(http_server, trailer):
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(_chunked_infer(_JSON_INFER, trailer=trailer))
+        answer = _read_response(sock)
+
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer
+    assert b"content-encoding" not in head.lower()
+    assert json.loads(body)["outputs"][0]["data"] == [2, 4, 6, 8]
+
+
+def _stream_until_answered(server, head: bytes, piece: bytes, most: int) -> tuple[bytes, int]:
+    """Send ``head``, then ``piece`` after ``piece`` (a line that never ends) until the
+    server answers or ``most`` bytes were sent; checks health from another client on
+    the way. Returns (the answer, bytes sent after the head)."""
+    sent = 0
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head)
+        sock.setblocking(False)
+        while sent < most:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break
+            try:
+                sent += sock.send(piece)
+            except BlockingIOError:  # the server stopped reading: is it answering?
+                select.select([sock], [], [], 1.0)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if sent % (1 << 20) < len(piece):  # about every MiB: others are served
+                assert http_status(server.port, "/v2/health/live") == 200
+        sock.setblocking(True)
+        sock.settimeout(10)
+        try:
+            return _read_response(sock), sent
+        except ConnectionResetError:
+            return b"", sent
+
+
+@pytest.mark.parametrize(("head", "piece", "status"), [
+    # a header value, a request target, a head of lines that never end
+    (b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Endless: ", b"a" * 65536, b"431"),
+    (b"GET /v2/health/live?q=", b"a" * 65536, b"414"),
+    (b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n", b"X-Line: " + b"v" * 4000 + b"\r\n",
+     b"431"),
+])
+def test_a_head_that_never_ends_is_refused_at_once_in_bounded_memory(http_server, head,
+                                                                      piece, status):
+    before = http_server.rss_bytes()
+    started = time.monotonic()
+
+    answer, sent = _stream_until_answered(http_server, head, piece, most=64 << 20)
+
+    assert answer.split(b" ", 2)[1:2] == [status], answer[:200]
+    assert b"connection: close" in answer.lower()
+    # refused once the bound (1 MiB of head, or 8 KiB of target) is passed, plus the
+    # bytes in flight; before, the server buffered all 64 MiB until the client gave up
+    assert sent < 16 << 20, f"answered only after {sent} bytes"
+    assert time.monotonic() - started < 30.0
+    growth = http_server.rss_bytes() - before
+    assert growth < 48 * 1024 * 1024, f"RSS grew by {growth / 1e6:.1f} MB"
+    _assert_still_serving(http_server)
+
+
+def test_a_chunk_announcing_more_than_the_limit_is_refused_at_once(http_server):
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n7fffffff\r\n{\"inputs\"")
+        answer = _read_response(sock)  # before, no answer came: the read timed out
+
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert (b"Request size of 2147483647 bytes exceeds the maximum allowed value of "
+            b"4194304 bytes") in answer
+    _assert_still_serving(http_server)
+
+
+def test_a_chunk_size_line_split_across_reads_is_still_bounded(http_server):
+    with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n4\r\n{\"in\r\n7fff")
+        time.sleep(0.2)  # two reads on the server: the size line is split between them
+        sock.sendall(b"ffff\r\nputs")
+        answer = _read_response(sock)
+
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert b"Request size of 2147483651 bytes" in answer

@@ -8,7 +8,9 @@ another; health, metadata and the rest stay open.
 from __future__ import annotations
 
 import http.client
+import json
 import queue
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
-from serve_process import ServeProcess
+from serve_process import ServeProcess, http_status
 from tritonclient.utils import InferenceServerException
 
 from infercore.testing import RepositoryBuilder
@@ -131,6 +133,50 @@ def test_http_header_names_are_case_insensitive_and_paths_unknown_stay_404(serve
         b'{"error":"This API is restricted, expecting header \'admin-key\'"}')
     assert post("/v2/nothing/here", {})[0] == 404
     connection.close()
+
+
+def _chunked_answer(port: int, method: str, path: str, body: bytes,
+                    head: dict[str, str], trailer: dict[str, str]) -> tuple[int, bytes]:
+    """A request whose body is sent chunked, with ``trailer`` fields after the last
+    chunk, over a real socket."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Transfer-Encoding: chunked",
+             *(f"{k}: {v}" for k, v in head.items())]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    request += (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n"
+    request += "".join(f"{k}: {v}\r\n" for k, v in trailer.items()).encode() + b"\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        response = http.client.HTTPResponse(sock, method=method)
+        response.begin()
+        return response.status, response.read()
+
+
+_INFER_BODY = json.dumps({"inputs": [
+    {"name": name, "shape": [1, 4], "datatype": "FP32", "data": [0, 1, 2, 3]}
+    for name in ("INPUT0", "INPUT1")]}).encode()
+
+
+@pytest.mark.parametrize(("method", "path", "body", "key"), [
+    ("POST", "/v2/models/add_sub/infer", _INFER_BODY, _INFER),
+    ("POST", "/v2/models/add_sub/versions/1/infer", _INFER_BODY, _INFER),
+    ("POST", "/v2/repository/index", b"{}", _ADMIN),
+    ("POST", "/v2/repository/models/spare/load", b"{}", _ADMIN),
+    ("POST", "/v2/repository/models/spare/unload", b"{}", _ADMIN),
+    ("POST", "/v2/logging", b"{}", _ADMIN),
+    ("GET", "/v2/logging", b"", _ADMIN),
+])
+def test_a_key_sent_in_a_chunked_trailer_is_not_honoured(server, method, path, body, key):
+    (name, value), = key.items()
+
+    status, answer = _chunked_answer(server.http_port, method, path, body, {}, key)
+
+    assert status == 403
+    assert json.loads(answer) == {"error": HTTP_REFUSED.format(name)}
+    # the key in the head opens it; a wrong one in the trailer does not close it again
+    status, answer = _chunked_answer(server.http_port, method, path, body, key,
+                                     {name: "wrong"})
+    assert status == 200, answer
+    assert http_status(server.http_port, "/v2/health/live") == 200
 
 
 # -- gRPC ----------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ class InferHandler:
         response = error_response(exc)
         if isinstance(exc, UnsupportedError) and exc.message == "Unsupported compression type":
             response.extra_headers = _ACCEPT_ENCODING_HINT
+            response.content_type = b"text/plain"  # refused before the JSON content type
         return response
 
     def _reply(self, request: HttpRequest, response: InferResponse,

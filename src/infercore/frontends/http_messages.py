@@ -11,7 +11,7 @@ events) carries an async iterator of body pieces in ``stream``; the connection w
 with chunked transfer encoding (``chunk`` frames one piece).
 
 Compression follows Triton's frontend: ``Content-Encoding`` gzip or deflate (zlib
-format) on requests, the best of gzip / deflate / identity in ``Accept-Encoding`` on
+format) on inference requests, the best of gzip / deflate / identity in ``Accept-Encoding`` on
 inference responses; any other content encoding is answered 501 "Unsupported
 compression type".
 """
@@ -81,7 +81,8 @@ class HttpResponse:
 
 _REASONS = {
     100: "Continue", 200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-    405: "Method Not Allowed", 413: "Payload Too Large", 500: "Internal Server Error",
+    405: "Method Not Allowed", 413: "Payload Too Large", 414: "URI Too Long",
+    431: "Request Header Fields Too Large", 500: "Internal Server Error",
     501: "Not Implemented", 503: "Service Unavailable",
 }
 _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in
@@ -149,35 +150,51 @@ _WBITS = {"gzip": 31, "deflate": 15}  # zlib: 16 + 15 selects the gzip container
 def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
     """The body without its Content-Encoding; at most ``limit`` bytes once decompressed.
 
-    Raises UnsupportedError for encodings other than gzip, deflate and identity (the
-    caller adds Triton's ``Accept-Encoding: gzip, deflate`` hint), InvalidArgumentError
-    for corrupt data or a body that inflates past ``limit``.
+    The encoding is matched as Triton matches it (exactly ``gzip``, ``deflate``, zlib's
+    format, or ``identity``); others raise UnsupportedError (the caller adds Triton's
+    ``Accept-Encoding: gzip, deflate`` hint). Data that does not inflate to its end is
+    not an error in Triton: what inflated before the failure is the body, so corrupt
+    data is an empty body and a truncated stream its beginning. Raises
+    InvalidArgumentError for a body that inflates past ``limit``.
     """
-    name = encoding.decode("latin-1").strip().lower()
+    name = encoding.decode("latin-1").strip()
     if name in ("", "identity"):
         return body
     wbits = _WBITS.get(name)
     if wbits is None:
         raise UnsupportedError("Unsupported compression type")
-    attempts = (wbits, -15) if name == "deflate" else (wbits,)  # raw deflate streams too
-    for attempt in attempts:
-        inflater = zlib.decompressobj(attempt)
+    inflater = zlib.decompressobj(wbits)
+    try:
+        data = inflater.decompress(body, limit + 1)
+        too_large = len(data) > limit or bool(inflater.unconsumed_tail)
+    except zlib.error:
+        data = _inflated_before_failure(body, wbits, limit)
+        too_large = len(data) > limit
+    if too_large:
+        raise InvalidArgumentError(
+            f"Request size exceeds the maximum allowed value of {limit} bytes once "
+            "decompressed. Use --http-max-input-size to increase the limit.")
+    return data
+
+
+_INFLATE_STEP = 4096
+
+
+def _inflated_before_failure(body: bytes, wbits: int, limit: int) -> bytes:
+    """What ``body`` inflates to before its data turns invalid (the error path only)."""
+    inflater = zlib.decompressobj(wbits)
+    parts: list[bytes] = []
+    size = 0
+    for offset in range(0, len(body), _INFLATE_STEP):
         try:
-            data = inflater.decompress(body, limit + 1)
-        except zlib.error as exc:
-            if attempt != attempts[-1]:
-                continue
-            raise InvalidArgumentError(
-                f"failed to decompress the request body ({name}): {exc}") from exc
-        if len(data) > limit or inflater.unconsumed_tail:
-            raise InvalidArgumentError(
-                f"Request size exceeds the maximum allowed value of {limit} bytes once "
-                "decompressed. Use --http-max-input-size to increase the limit.")
-        if not inflater.eof:
-            raise InvalidArgumentError(
-                f"failed to decompress the request body ({name}): the data is truncated")
-        return data
-    raise AssertionError("unreachable")  # pragma: no cover
+            part = inflater.decompress(body[offset:offset + _INFLATE_STEP], limit + 1 - size)
+        except zlib.error:
+            break
+        parts.append(part)
+        size += len(part)
+        if size > limit or inflater.unconsumed_tail:
+            break
+    return b"".join(parts)
 
 
 def accepted_encoding(accept_encoding: bytes | None) -> str:

@@ -8,9 +8,18 @@ requests wait in ``_pending`` (and reading pauses while they wait), so a client 
 make the server buffer without bound. Writes respect the transport's flow control: while
 the peer does not read, no further request is started.
 
-Limits: the headers of a request may take 64 KiB; its body ``max_input_size`` bytes
-(Triton's ``--http-max-input-size``). A body over the limit is answered 400 and the rest
-of it discarded before the connection closes, so the client still reads the answer.
+Framing comes from the request head only: a chunked body's trailer fields are read and
+dropped (they never become headers: not a restricted API's key, not Content-Encoding or
+Inference-Header-Content-Length), as Triton's libevhtp drops them.
+
+Limits, checked as bytes arrive (a request is refused at once, never buffered until the
+client gives up): a request target may take 8 KiB (414), a header line 8 KiB and the
+whole head, or a trailer, 1 MiB (431); a body ``max_input_size`` bytes (Triton's
+``--http-max-input-size``), a chunk announcing more is refused from its announced size
+(400, the same answer as a body that grew too large). A refused request is answered and
+the rest of it read and discarded for a moment before the connection closes, so the
+client still reads the answer. Bytes that are not HTTP are not answered: the connection
+is closed (after the requests before them are answered), as Triton closes it.
 
 A response with a ``stream`` (server-sent events) is written as its pieces come, in
 chunked transfer encoding (raw, then closing, for an HTTP/1.0 client), by the task that
@@ -55,7 +64,13 @@ logger = logging.getLogger(__name__)
 # The only request headers the frontend reads; others are skipped while parsing.
 WANTED_HEADERS = frozenset({b"inference-header-content-length", b"content-encoding",
                             b"accept-encoding", b"content-length", b"expect"})
-_MAX_HEADER_BYTES = 64 * 1024
+# Triton's libevhtp buffers about 8 KiB per token (target, header name, header value) and
+# drops the connection past that; infercore answers instead (414 / 431).
+MAX_TARGET_BYTES = 8 * 1024
+MAX_HEADER_LINE_BYTES = 8 * 1024
+# The whole head, and a trailer section, as bytes arrive: Triton has no bound at all.
+MAX_HEAD_BYTES = 1024 * 1024
+_CHUNK_TAIL_BYTES = 1024  # kept of a feed that ended between chunks (a split size line)
 _DISCARD_SECONDS = 2.0  # how long a refused body may keep arriving before we hang up
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "PATCH",
@@ -107,8 +122,20 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[bytes, bytes] = {}
         self._raw_headers: list[tuple[bytes, bytes]] | None = None
         self._header_bytes = 0
+        self._in_head = False  # between message begin and headers complete
+        self._head_began = False  # ... and the head began in the feed being parsed
+        self._head_fed = 0  # bytes of later feeds that ended inside the head
         self._body: list[bytes] = []
         self._body_size = 0
+        # chunked bodies: the chunk being read (its data starts at _chunk_start bytes of
+        # body), whether its size line was parsed in the feed being parsed, the trailer
+        self._chunked = False
+        self._in_chunk = False
+        self._chunk_opened = False
+        self._chunk_start = 0
+        self._chunk_tail = b""
+        self._in_trailer = False
+        self._trailer_fed = 0
         # requests parsed but not answered yet, and the one being answered
         self._pending: deque[tuple[HttpRequest, bool]] = deque()
         # what answers the current request when it could not be answered at once
@@ -146,13 +173,24 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse(error_response("protocol upgrades are not supported", 400))
+            self._hang_up()
+            return
         except httptools.HttpParserCallbackError as exc:
             if not self._discarding:  # not a refusal: a bug in answering the request
                 logger.error("failed to answer an HTTP request", exc_info=exc.__context__)
                 self._refuse(error_response("internal error while reading the request", 500))
-        except httptools.HttpParserError as exc:
-            self._refuse(error_response(f"malformed HTTP request: {exc}", 400))
+            return
+        except httptools.HttpParserError:
+            self._hang_up()  # not HTTP: Triton closes without an answer
+            return
+        # The feed ended inside a head, a chunk or a trailer: bound what is buffered.
+        if self._in_head:
+            self._bound_head(len(data))
+        elif self._in_chunk:
+            self._bound_chunk(data)
+        elif self._chunked:  # between chunks: keep what a split size line needs
+            self._chunk_tail = (self._chunk_tail
+                                + data[-_CHUNK_TAIL_BYTES:])[-_CHUNK_TAIL_BYTES:]
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -170,16 +208,27 @@ class HttpConnection(asyncio.Protocol):
         self._headers = {}
         self._raw_headers = [] if self._keep_raw_headers else None
         self._header_bytes = 0
+        self._in_head = self._head_began = True
+        self._head_fed = 0
         self._body = []
         self._body_size = 0
+        self._chunked = False
+        self._chunk_tail = b""
+        self._in_trailer = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        if len(self._url) > MAX_TARGET_BYTES:
+            self._refuse(_URI_TOO_LONG, linger=True)
+            raise _Refused
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_bytes += len(name) + len(value)
-        if self._header_bytes > _MAX_HEADER_BYTES:
-            self._refuse(error_response("request headers are too large", 400))
+        if not self._in_head:  # a chunked body's trailer: read, never a request header
+            return
+        size = len(name) + len(value)
+        self._header_bytes += size
+        if size > MAX_HEADER_LINE_BYTES or self._header_bytes > MAX_HEAD_BYTES:
+            self._refuse(_HEADERS_TOO_LARGE, linger=True)
             raise _Refused
         lowered = name.lower()
         if lowered in WANTED_HEADERS:
@@ -188,6 +237,7 @@ class HttpConnection(asyncio.Protocol):
             self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         length = self._headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self._max_input_size:
             self._refuse_too_large(int(length))
@@ -203,9 +253,22 @@ class HttpConnection(asyncio.Protocol):
             raise _Refused
         self._body.append(body)
 
+    def on_chunk_header(self) -> None:
+        self._chunked = self._in_chunk = self._chunk_opened = True
+        self._chunk_start = self._body_size
+
+    def on_chunk_complete(self) -> None:
+        self._in_chunk = self._in_trailer = False
+
     def on_message_complete(self) -> None:
+        self._in_chunk = False
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         url = self._url
+        if not url.startswith(b"/"):  # absolute-form (a proxy's form), or not a path
+            url = _origin_form(url)
+            if url is None:
+                self._hang_up()
+                raise _Refused
         query = url.find(b"?")
         path = (url if query < 0 else url[:query]).decode("latin-1")
         raw_method = self._parser.get_method()
@@ -361,6 +424,46 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
             self._closed = True
 
+    def _bound_head(self, fed: int) -> None:
+        """The feed ended inside a head: refuse one that grew past MAX_HEAD_BYTES.
+
+        The feed in which the head began is not counted (part of it may have been the
+        previous request): the bound is MAX_HEAD_BYTES plus at most one read.
+        """
+        if self._head_began:
+            self._head_began = False
+            return
+        self._head_fed += fed
+        if self._head_fed > MAX_HEAD_BYTES:
+            self._refuse(_HEADERS_TOO_LARGE, linger=True)
+
+    def _bound_chunk(self, data: bytes) -> None:
+        """The feed ended inside a chunk (or the trailer after the last one): refuse a
+        chunk announcing more body than the limit, or a trailer past MAX_HEAD_BYTES."""
+        if self._chunk_opened:  # its size line is in this feed: read the size from it
+            self._chunk_opened = False
+            start = self._chunk_start
+            size = _announced_chunk_size(self._chunk_tail, data,
+                                         len(data) - (self._body_size - start))
+            if size is None:  # not a data chunk: the last one, then the trailer
+                self._in_trailer = True
+                self._trailer_fed = 0
+            elif start + size > self._max_input_size:
+                self._refuse_too_large(start + size)
+        elif self._in_trailer:
+            self._trailer_fed += len(data)
+            if self._trailer_fed > MAX_HEAD_BYTES:
+                self._refuse(_HEADERS_TOO_LARGE, linger=True)
+
+    def _hang_up(self) -> None:
+        """Bytes that are not HTTP: read nothing more, answer the requests before them,
+        then close (Triton closes such a connection without an answer)."""
+        self._discarding = True
+        self._draining = True
+        if self._transport is not None and not self._busy and not self._pending:
+            self._closed = True
+            self._transport.close()
+
     def _refuse_too_large(self, size: int) -> None:
         self._refuse(error_response(
             f"Request size of {size} bytes exceeds the maximum allowed value of "
@@ -410,6 +513,41 @@ class HttpConnection(asyncio.Protocol):
         self._abandon_stream()
         if self._transport is not None:
             self._transport.abort()
+
+
+_URI_TOO_LONG = error_response("URI Too Long", 414)
+_HEADERS_TOO_LARGE = error_response("Request Header Fields Too Large", 431)
+
+
+def _origin_form(url: bytes) -> bytes | None:
+    """The path of an absolute-form target (``http://host:port/path``), as Triton routes
+    it; None for a target that is neither (``*``)."""
+    scheme, sep, rest = url.partition(b"://")
+    if not sep or scheme.lower() not in (b"http", b"https"):
+        return None
+    slash = rest.find(b"/")
+    return b"/" if slash < 0 else rest[slash:]
+
+
+def _announced_chunk_size(tail: bytes, data: bytes, end: int) -> int | None:
+    """The size a chunk's size line announced, that line ending at ``data[:end]`` (its
+    data follows); None if no size line ends there (the last chunk's trailer does).
+
+    ``tail``: the end of the feeds before, for a size line split across reads.
+    """
+    if end < 2 or data[end - 2:end] != b"\r\n":
+        return None
+    start = data.rfind(b"\n", 0, end - 2)
+    if start >= 0:
+        line = data[start + 1:end - 2]
+    else:
+        joined = tail + data[:end - 2]
+        line = joined[joined.rfind(b"\n") + 1:]
+    digits = line.split(b";", 1)[0].strip()
+    try:
+        return int(digits, 16) if digits else None
+    except ValueError:
+        return None
 
 
 async def _close(stream: AsyncIterator[bytes]) -> None:

@@ -97,7 +97,7 @@ class HttpRouter:
             version = int(version_text) if version_text else -1
             if kind == "infer":
                 if method != "POST":
-                    return _NOT_ALLOWED
+                    return _NOT_ALLOWED_TEXT  # refused before the JSON content type
                 return self._infer.infer(request, name, version)
             if kind == "generate" or kind == "generate_stream":
                 if method != "POST":

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeAlias
-from urllib.parse import unquote
 
 import grpc
 
@@ -186,9 +185,8 @@ class GrpcRestrictionAction(RestrictionAction):
 
 # -- HTTP ----------------------------------------------------------------------------------
 def http_category(path: str) -> str | None:
-    """The restricted-API category of an HTTP path (None: not an endpoint of any)."""
-    if "%" in path:
-        path = unquote(path)
+    """The restricted-API category of an HTTP path, as sent (Triton matches targets
+    without percent-decoding them); None: not an endpoint of any."""
     category = _FIXED_PATHS.get(path)
     if category is not None:
         return category
@@ -225,8 +223,9 @@ def guard_http(handle: HttpHandler, features: RestrictedFeatures) -> HttpHandler
     if not features:
         return handle
     checks = {c: (r.header.lower().encode("latin-1"), r.value.encode("latin-1"),
+                  # refused before any endpoint declares JSON: text/plain, as Triton
                   error_response(f"This API is restricted, expecting header '{r.header}'",
-                                 403))
+                                 403, content_type=b"text/plain"))
               for c in CATEGORIES if (r := features.get(c)) is not None}
 
     def guarded(request: HttpRequest) -> Any:
