@@ -189,8 +189,9 @@ def test_requests_before_malformed_bytes_are_answered_first(http_server):
                  "Inference-Header-Content-Length"].encode()
              + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     with socket.create_connection(("127.0.0.1", http_server.port), timeout=10) as sock:
-        sock.sendall(infer + b"GARBAGE\r\n\r\n")
+        sock.sendall(infer + infer + b"GARBAGE\r\n\r\n")
         responses = _Responses(sock)
+        assert responses.next().startswith(b"HTTP/1.1 200")
         assert responses.next().startswith(b"HTTP/1.1 200")
         assert responses.next() == b""  # then closed
 
@@ -389,6 +390,9 @@ def _stream_until_answered(server, head: bytes, piece: bytes, most: int) -> tupl
     (b"GET /v2/health/live?q=", b"a" * 65536, b"414"),
     (b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n", b"X-Line: " + b"v" * 4000 + b"\r\n",
      b"431"),
+    # and a chunked body's trailer that never ends
+    (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+     b"\r\n2\r\n{}\r\n0\r\nX-Trailer: ", b"t" * 65536, b"431"),
 ])
 def test_a_head_that_never_ends_is_refused_at_once_in_bounded_memory(http_server, head,
                                                                       piece, status):

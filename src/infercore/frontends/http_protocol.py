@@ -148,6 +148,7 @@ class HttpConnection(asyncio.Protocol):
         self._streamed: HttpResponse | None = None  # a streamed answer not finished yet
         self._draining = False
         self._discarding = False
+        self._hung_up = False  # bytes that are not HTTP came: close once answered
         self._closed = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -302,7 +303,8 @@ class HttpConnection(asyncio.Protocol):
             self._busy = True
             self._start_stream(result, keep_alive)
         if not self._pending and not self._busy and self._transport is not None:
-            if self._draining:
+            if self._draining or self._hung_up:
+                self._closed = True
                 self._transport.close()
             elif self._read_paused and not self._closed:
                 self._read_paused = False
@@ -445,7 +447,7 @@ class HttpConnection(asyncio.Protocol):
             start = self._chunk_start
             size = _announced_chunk_size(self._chunk_tail, data,
                                          len(data) - (self._body_size - start))
-            if size is None:  # not a data chunk: the last one, then the trailer
+            if not size:  # the last chunk (or no size line ends here): the trailer
                 self._in_trailer = True
                 self._trailer_fed = 0
             elif start + size > self._max_input_size:
@@ -459,7 +461,7 @@ class HttpConnection(asyncio.Protocol):
         """Bytes that are not HTTP: read nothing more, answer the requests before them,
         then close (Triton closes such a connection without an answer)."""
         self._discarding = True
-        self._draining = True
+        self._hung_up = True
         if self._transport is not None and not self._busy and not self._pending:
             self._closed = True
             self._transport.close()
