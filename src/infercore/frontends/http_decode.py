@@ -128,9 +128,10 @@ def decode_raw_infer(model: str, version: int, body: bytes,
     The input's datatype comes from the model; its shape is the configured one with the
     single variable dimension (if any) deduced from the body size. Outputs go back binary.
     """
-    if len(metadata_inputs) != 1:
+    if len(metadata_inputs) != 1:  # Triton core's text, labelled: a raw request has no id
         raise InvalidArgumentError(
-            f"Raw request must only have 1 input (found 1) to be deduced but got "
+            f"[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be "
+            f"deduced but got "
             f"{len(metadata_inputs)} inputs in '{model}' model configuration")
     spec = metadata_inputs[0]
     name = str(spec["name"])
