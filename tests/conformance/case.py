@@ -48,8 +48,9 @@ class Http:
     sent chunked, ``trailers`` after the last chunk) or ``raw`` is (then those bytes are
     the whole request, sent as they are, and ``responses`` answers are read from it).
     ``half_close``: the client shuts its side for writing once everything is sent (the
-    server reads the end of the stream). ``json`` is a shorthand for a compact JSON body. Placeholders ``{http_port}``,
-    ``{grpc_port}``, ``{tmp}`` in the path, headers and body are filled in per run.
+    server reads the end of the stream). ``json`` is a shorthand for a compact JSON body.
+    Placeholders ``{http_port}``, ``{grpc_port}``, ``{tmp}`` in the path, headers, body,
+    chunks and trailers are filled in per run.
     """
 
     method: str

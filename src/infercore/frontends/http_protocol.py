@@ -266,10 +266,11 @@ class HttpConnection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         url = self._url
         if not url.startswith(b"/"):  # absolute-form (a proxy's form), or not a path
-            url = _origin_form(url)
-            if url is None:
+            origin = _origin_form(url)
+            if origin is None:
                 self._hang_up()
                 raise _Refused
+            url = origin
         query = url.find(b"?")
         path = (url if query < 0 else url[:query]).decode("latin-1")
         raw_method = self._parser.get_method()

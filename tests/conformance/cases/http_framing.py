@@ -109,7 +109,7 @@ _CHUNKED_CASES = [
          note="a chunk size in upper-case hex"),
     Case("chunked_size_leading_zeros",
          [Http("POST", INFER, raw=_raw("POST", INFER, _CHUNKED,
-                                        b"000%x\r\n%s\r\n0\r\n\r\n" % (len(JSON_BODY), JSON_BODY)))]),
+                                        b"000" + _chunked(JSON_BODY)))]),
     _then_serving("chunked_extension", Http("POST", INFER, raw=_raw(
         "POST", INFER, _CHUNKED,
         b"%x;name=value\r\n%s\r\n0\r\n\r\n" % (len(JSON_BODY), JSON_BODY))),
@@ -439,8 +439,9 @@ _MAX_INPUT = ("current Triton bounds request bodies with --http-max-input-size, 
               "http_input_size_limit_test.py); 2.51 has no such flag")
 _MIB = b" " * (1 << 20)
 _LIMIT_CASES = [
-    _then_serving("body_over_default_limit_by_length", Http("POST", INFER, half_close=True, raw=_raw(
-        "POST", INFER, f"Content-Length: {(64 << 20) + 1}\r\n", JSON_BODY)),
+    _then_serving("body_over_default_limit_by_length", Http(
+        "POST", INFER, half_close=True,
+        raw=_raw("POST", INFER, f"Content-Length: {(64 << 20) + 1}\r\n", JSON_BODY)),
         newer=_MAX_INPUT, expect=[{"status": 400, "body": {"error": (
             "Request size of 67108865 bytes exceeds the maximum allowed value of 67108864 "
             "bytes. Use --http-max-input-size to increase the limit.")}}, None]),
