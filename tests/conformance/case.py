@@ -5,8 +5,9 @@ the order given (a case may rely on the state an earlier case of its suite left)
 ``Case`` is a name and a sequence of steps; each step yields one answer, and the answers
 are what the recorder writes down from real Triton and the replay compares infercore's
 against. A step is an HTTP request (``Http``), a gRPC call (``Grpc``, or ``GrpcStream``
-for ModelStreamInfer), or a local action on shared memory (``Shm``) whose answer is what
-the action saw; ``Settled`` repeats an HTTP or gRPC step until the server's state settles.
+for ModelStreamInfer), a local action on shared memory (``Shm``) whose answer is what
+the action saw, or a look at a log file the server writes (``LogFile``); ``Settled``
+repeats an HTTP or gRPC step until the server's state settles.
 
 Two kinds of case do not compare with what Triton 2.51 answered:
 - ``newer``: current Triton answers otherwise than 2.51 (a default or a check added
@@ -26,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Case", "Grpc", "GrpcStream", "Http", "Model", "Settled", "Shm", "Step", "Suite",
-           "binary_body", "b64", "raw_tensor"]
+__all__ = ["Case", "Grpc", "GrpcStream", "Http", "LogFile", "Model", "Settled", "Shm", "Step",
+           "Suite", "binary_body", "b64", "raw_tensor"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,19 @@ class Settled:
     timeout_s: float = 30.0
 
 
-Step = Http | Grpc | GrpcStream | Shm | Settled
+@dataclass(frozen=True)
+class LogFile:
+    """The lines of the file at ``path`` (a server's ``--log-file``) that contain
+    ``contains``. A server may write a line after it answered the request that caused it
+    (the Python backend's log lines travel from the model's process), so the step first
+    waits, a few seconds at most, for a line containing ``until`` (default: ``contains``)."""
+
+    path: str
+    contains: str
+    until: str | None = None
+
+
+Step = Http | Grpc | GrpcStream | Shm | Settled | LogFile
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,10 @@ docs/conformance.md and in a replay's failure message:
   when non-zero.
 - ``server_version``: the ``version`` of the server metadata (Triton's release, or
   infercore's) becomes ``"<version>"``; the same value in a server's start-up table too.
+- ``log_line_stamps``: in the lines read from a log file (``log_lines``), the date, time
+  and process id of Triton's two line formats (``I1201 21:25:48.949297 6502 model.py:8]
+  "text"`` and ``2024-12-01T21:25:48Z I 6502 model.py:8] "text"``) become placeholders;
+  the level letter, the location, the message and the layout itself are compared.
 - ``log_prefix``: a log line's level letter, date, time, thread id and source location
   (``E1201 21:25:48.949297 6502 server.cc:302] ``) and the quotes Triton puts around the
   message are dropped, leaving the message.
@@ -29,11 +33,13 @@ from .wire import Endpoint
 
 __all__ = ["RULES", "error_line", "normalize"]
 
-RULES = ("run_values", "durations", "timestamps", "server_version", "log_prefix",
-         "program_name")
+RULES = ("run_values", "durations", "timestamps", "server_version", "log_line_stamps",
+         "log_prefix", "program_name")
 
 _DURATION_KEYS = re.compile(r"(^|_)ns$")
 _PROGRAM = re.compile(r"^(\S*tritonserver|infercore serve|infercore): ")
+_STAMP_DEFAULT = re.compile(r"^([IWEV])\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ")
+_STAMP_ISO8601 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ([IWEV]) \d+ ")
 _LOG_PREFIX = re.compile(r"^[IWEV]\d{4} \d\d:\d\d:\d\d(\.\d+)? +\d+ [^\]]+\] ?")
 
 
@@ -58,6 +64,9 @@ def _walk(value: Any, substitutions: list[tuple[str, str]], key: str | None) -> 
         return "<ns>"  # durations
     if key == "last_inference" and _nonzero(value):
         return "<ms>"  # timestamps
+    if isinstance(value, str) and key == "log_lines":  # log_line_stamps
+        value = _STAMP_DEFAULT.sub(r"\1<mmdd> <hh:mm:ss.us> <pid> ", value)
+        value = _STAMP_ISO8601.sub(r"<iso8601> \1 <pid> ", value)
     if isinstance(value, str):
         for real, placeholder in substitutions:  # run_values
             if real:

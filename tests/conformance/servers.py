@@ -201,6 +201,14 @@ def _serving(server: RunningServer, port: int) -> bool:
     return _loaded(server) and (_listening(server.endpoint.grpc_port) or _listening(port))
 
 
+# flags that can keep the marker out of the server's output (its log goes to a file, or
+# its info lines are off): a suite with them that waits for readiness relies on that alone
+_LOG_ELSEWHERE = ("--log-file", "--log-info")
+
+
 def _loaded(server: RunningServer) -> bool:
     marker = server.kind.loaded_marker
-    return marker is None or marker in server.output()
+    if marker is None or marker in server.output():
+        return True
+    return server.suite.wait_ready and any(
+        flag.startswith(_LOG_ELSEWHERE) for flag in server.suite.flags)

@@ -24,7 +24,7 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from .case import Grpc, GrpcStream, Http, Settled, Shm, Step
+from .case import Grpc, GrpcStream, Http, LogFile, Settled, Shm, Step
 
 __all__ = ["Endpoint", "run_step"]
 
@@ -94,6 +94,8 @@ def run_step(endpoint: Endpoint, step: Step) -> dict[str, Any]:
         return _shm(endpoint, step)
     if isinstance(step, Settled):
         return _settled(endpoint, step)
+    if isinstance(step, LogFile):
+        return _log_file(endpoint, step)
     raise TypeError(f"not a step: {step!r}")
 
 
@@ -324,3 +326,27 @@ def _shm(endpoint: Endpoint, step: Shm) -> dict[str, Any]:
         os.symlink(target, path)
         return {"shm": "linked"}
     raise ValueError(f"unknown shm op {step.op!r}")
+
+
+# -- log files -------------------------------------------------------------------------------
+LOG_WAIT_S = 5.0
+
+
+def _log_file(endpoint: Endpoint, step: LogFile) -> dict[str, Any]:
+    path = endpoint.fill(step.path)
+    contains = endpoint.fill(step.contains)
+    until = endpoint.fill(step.until if step.until is not None else step.contains)
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as file:
+                lines: list[str] | None = file.read().splitlines()
+        except FileNotFoundError:
+            lines = None
+        if (lines is not None and any(until in line for line in lines)) \
+                or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if lines is None:
+        return {"log_file": "missing"}
+    return {"log_lines": [line for line in lines if contains in line]}
