@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
 from infercore import InvalidArgumentError, Server
-from infercore.logs import LogSettings, LogSettingsManager
+from infercore.logs import LogSettings, LogSettingsManager, TritonFormatter
 
 
 @pytest.fixture
@@ -45,7 +46,6 @@ def test_log_file_receives_records_in_the_chosen_format(manager, tmp_path):
         ({"log_nope": True}, "unknown log setting 'log_nope'"),
         ({"log_info": "yes"}, "must be a bool"),
         ({"log_verbose_level": True}, "must be an integer"),
-        ({"log_verbose_level": -1}, ">= 0"),
         ({"log_format": "json"}, "invalid argument for log_format"),
     ],
 )
@@ -56,9 +56,44 @@ def test_bad_settings_raise_and_change_nothing(manager, changes, message):
     assert manager.settings == before
 
 
-def test_unwritable_log_file_is_a_clear_error(manager, tmp_path):
+@pytest.mark.parametrize(("given", "level"), [(3, 3), (-1, 0), ((1 << 32) + 2, 2),
+                                               ((1 << 32) - 1, 0), ((1 << 31) - 1, (1 << 31) - 1)])
+def test_verbose_levels_are_read_as_tritonservers_c_api_reads_them(manager, given, level):
+    assert manager.update({"log_verbose_level": given}).log_verbose_level == level
+
+
+@pytest.mark.parametrize("where", ["missing/x.log", "", "/proc/self/mem"])
+def test_unwritable_log_file_is_a_clear_error_and_changes_nothing(manager, tmp_path, where):
+    path = where if where.startswith("/") else str(tmp_path / where)  # "": the folder
+    before = manager.settings
     with pytest.raises(InvalidArgumentError, match="failed to open log file"):
-        manager.update({"log_file": str(tmp_path / "missing" / "x.log")})
+        manager.update({"log_file": path, "log_info": False, "log_verbose_level": 1})
+    assert manager.settings == before
+    assert not logging.getLogger("infercore").isEnabledFor(logging.DEBUG)
+
+
+def test_a_server_starts_logging_where_it_did_when_its_log_file_cannot_be_opened(
+        tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="infercore"):
+        manager = LogSettingsManager(LogSettings(log_file=str(tmp_path)))
+    try:
+        assert manager.settings.log_file == ""
+        assert "failed to open log file" in caplog.text
+    finally:
+        manager.close()
+
+
+def test_lines_are_written_as_triton_writes_them():
+    record = logging.LogRecord("infercore.model", logging.WARNING, "/models/m/1/model.py", 12,
+                               'say "%s"\n\x01', ("hi",), None)
+    record.created, record.process = 1764620748.949297, 6502
+    default = TritonFormatter().format(record)
+    assert re.fullmatch(r'W\d{4} \d\d:\d\d:\d\d\.949297 6502 model\.py:12\] '
+                        r'"say \\"hi\\"\\n\\u0001"', default), default
+    iso = TritonFormatter("ISO8601").format(record)
+    assert iso == '2025-12-01T20:25:48Z W 6502 model.py:12] "say \\"hi\\"\\n\\u0001"'
+    record.msg, record.args = "\n+---+\n| t |", ()
+    assert TritonFormatter().format(record).endswith("model.py:12] \n+---+\n| t |")
 
 
 def test_server_exposes_log_settings(add_sub_repo):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -344,7 +345,18 @@ def test_trace_config_flags_parse_as_tritonserver_reads_them():
                                "opentelemetry,resource=a=b", "opentelemetry,bsp_schedule_delay=9"])
     assert (otel.mode, otel.url, dict(otel.resource), dict(otel.batch)) == (
         "opentelemetry", "http://c:4318/v1/t", {"a": "b"}, {"bsp_schedule_delay": 9})
-    for bad in (["level=LOUD"], ["rate=x"], ["zipkin,url=x"], ["triton,speed=1"], ["level"],
-                ["mode=zipkin"], ["count=-2"]):
-        with pytest.raises(InvalidArgumentError):
+    # as tritonserver: unknown settings are kept (triton mode) or ignored (global), a count
+    # below -1 is taken, a negative rate wraps
+    quirks = parse_trace_config(["triton,speed=1", "speed=2", "count=-2", "rate=-1"])
+    assert quirks.settings()["speed"] == "1"
+    assert (quirks.count, quirks.rate, dict(quirks.extra)) == (-2, 4294967295,
+                                                               {"triton": {"speed": "1"}})
+    for bad, message in ((["level=LOUD"], "invalid value for trace level option: loud"),
+                         (["rate=x"], "Invalid option value. Got x"),
+                         (["rate=99999999999"], "Provided option value is out of bound"),
+                         (["zipkin,url=x"], "invalid value for trace mode option: zipkin"),
+                         (["level"], "--trace-config option format is"),
+                         (["rate="], "--trace-config option format is"),
+                         (["mode=zipkin"], "invalid value for trace mode option: zipkin")):
+        with pytest.raises(InvalidArgumentError, match=re.escape(message)):
             parse_trace_config(bad)

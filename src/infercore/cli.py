@@ -29,10 +29,10 @@ from .frontends import metrics as metrics_frontend
 from .frontends import shm
 from .launch import ServeExtras
 from .launch import serve as _serve
-from .logs import LOG_FORMATS
+from .logs import LOG_FORMATS, triton_formatter, triton_handler
 from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
 from .supervisor import SupervisorPolicy, serve_command, supervise
-from .tracing import parse_trace_config
+from .trace_settings import option_int, parse_trace_config, parse_trace_item, parse_trace_level
 
 __all__ = ["build_parser", "main", "options_from_args", "serve_extras"]
 
@@ -97,10 +97,10 @@ def _type(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "on", "yes"):
+    lowered = text.lower()
+    if lowered in ("1", "true", "on"):
         return True
-    if lowered in ("0", "false", "off", "no"):
+    if lowered in ("0", "false", "off"):
         return False
     raise ValueError(f"invalid value for bool option: {text}")
 
@@ -122,7 +122,13 @@ def _parse_float(text: str) -> float:
 def _parse_verbose(text: str) -> int:
     lowered = text.strip().lower()  # tritonserver takes true/false for 1/0 here
     value = {"true": 1, "false": 0}.get(lowered)
-    return _parse_int(text) if value is None else value
+    # read by std::stoi ("1.5" is 1); a negative level is 0
+    return max(0, option_int(text)) if value is None else value
+
+
+def _check_trace_item(text: str) -> str:
+    parse_trace_item(text)  # raises InvalidArgumentError with tritonserver's wording
+    return text
 
 
 def _lowered_choice(flag: str, choices: Sequence[str]) -> Callable[[str], str]:
@@ -184,20 +190,10 @@ def _device_pair(flag: str, convert: Callable[[str], Any]) -> Callable[[str], tu
     return parse
 
 
-def _parse_trace_level(text: str) -> str:
-    lowered = text.strip().lower()
-    if lowered in ("false", "off"):
-        return "OFF"
-    if lowered in ("true", "on", "min", "max", "timestamps"):
-        return "TIMESTAMPS"
-    if lowered == "tensors":
-        return "TENSORS"
-    raise ValueError(f"invalid value for trace level option: {text}")
-
-
 BOOL = _type("boolean", _parse_bool)
 INT = _type("integer", _parse_int)
 FLOAT = _type("float", _parse_float)
+STOI = _type("integer", option_int)  # tritonserver's int options read by std::stoi
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,6 +270,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
 
     group = serve.add_argument_group("Tracing")
     group.add_argument("--trace-config", action="append", default=[],
+                       type=_type("setting", _check_trace_item),
                        metavar="[MODE,]SETTING=VALUE",
                        help="a trace setting (repeatable): level=TIMESTAMPS, rate=1000, "
                             "count=-1, mode=triton|opentelemetry, triton,file=PATH, "
@@ -360,13 +357,13 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     group.add_argument("--trace-file", default=None, metavar="PATH",
                        help="use --trace-config triton,file=PATH")
     group.add_argument("--trace-level", action="append", default=[],
-                       type=_type("level", _parse_trace_level), metavar="LEVEL",
+                       type=_type("level", parse_trace_level), metavar="LEVEL",
                        help="use --trace-config level=LEVEL")
-    group.add_argument("--trace-rate", type=INT, default=None, metavar="N",
+    group.add_argument("--trace-rate", type=STOI, default=None, metavar="N",
                        help="use --trace-config rate=N")
-    group.add_argument("--trace-count", type=INT, default=None, metavar="N",
+    group.add_argument("--trace-count", type=STOI, default=None, metavar="N",
                        help="use --trace-config count=N")
-    group.add_argument("--trace-log-frequency", type=INT, default=None, metavar="N",
+    group.add_argument("--trace-log-frequency", type=STOI, default=None, metavar="N",
                        help="use --trace-config triton,log-frequency=N")
 
 
@@ -562,10 +559,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = options_from_args(args)
     except TritonError as exc:
         serve.error(exc.message)
-    fmt, datefmt = LOG_FORMATS[options.log_format]
     # Records propagate from the "infercore" logger (whose level the server sets) to this
-    # handler; other libraries stay at WARNING.
-    logging.basicConfig(level=logging.WARNING, format=fmt, datefmt=datefmt, stream=sys.stderr)
+    # handler, in Triton's line format; other libraries stay at WARNING.
+    triton_formatter().log_format = options.log_format
+    logging.basicConfig(level=logging.WARNING,
+                        handlers=[triton_handler(logging.StreamHandler(sys.stderr))])
     if args.supervise:
         logging.getLogger("infercore.supervisor").setLevel(logging.INFO)
         policy = SupervisorPolicy(args.supervise_max_restarts, args.supervise_window_secs)

@@ -1,26 +1,24 @@
 """Tracing (Triton's trace extension): settings, sampling, and where traces go.
 
-``TraceSettingsStore`` keeps the settings the trace APIs read and change, with Triton's
-names and string-valued JSON (trace_level is a list): global values plus per-model
-overrides. ``Tracer`` (one per server) turns them into sampling: each model holds a
-``ModelTracer`` whose ``on`` flag is the only thing a request checks when tracing is off.
-A sampled request gets a ``trace_record.Trace``; when its trace is complete the group
-goes to a Triton trace file or to OpenTelemetry (trace_export.py).
+``TraceSettingsStore`` (trace_settings.py, with ``TraceConfig`` and the ``--trace-config``
+parser) keeps the settings the trace APIs read and change. ``Tracer`` (one per server)
+turns them into sampling: each model holds a ``ModelTracer`` whose ``on`` flag is the only
+thing a request checks when tracing is off. A sampled request gets a
+``trace_record.Trace``; when its trace is complete the group goes to a Triton trace file or
+to OpenTelemetry (trace_export.py; without the OpenTelemetry SDK, opentelemetry mode
+traces nothing and says so in the log, the server starts as tritonserver does).
 
 Sampling follows Triton's TraceSetting: every ``trace_rate``-th request of a scope is
 traced while ``trace_count`` (-1: unlimited) lasts; a scope is the global settings, or a
 model's own once it overrides any of them. A scope traces nothing when the level is OFF,
-the rate is 0, or (triton mode) no file is set. Updating settings starts new scopes (and
-counters); the old ones write what they collected once their traces finish.
+the rate or the count is 0, or (triton mode) no file is set. Updating settings starts new
+scopes (and counters); the old ones write what they collected once their traces finish.
 ``log_frequency`` N writes every N traces to ``<file>.<index>``; 0 writes one array to
 ``<file>`` when the server stops. ``trace_count`` reads back as what remains.
 
-``--trace-config`` flags (tritonserver's syntax) become a ``TraceConfig`` through
-``parse_trace_config``.
-
-Threads: frontends and the API read and update settings at any time (``_lock`` guards
-both maps of the store); requests sample from any thread (each scope's ``_lock`` guards
-its counters); traces finish on whichever thread completes them.
+Threads: frontends and the API read and update settings at any time; requests sample
+from any thread (each scope's ``_lock`` guards its counters); traces finish on whichever
+thread completes them.
 """
 
 from __future__ import annotations
@@ -28,234 +26,18 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidArgumentError
+from .errors import UnavailableError
 from .trace_export import OtelExporter, TraceFile
 from .trace_record import Trace
+from .trace_settings import OTEL_DEFAULT_URL, TraceConfig, TraceSettingsStore, parse_trace_config
 
 __all__ = ["ModelTracer", "TraceConfig", "TraceSettingsStore", "Tracer",
            "parse_trace_config"]
 
 logger = logging.getLogger(__name__)
-
-_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
-_DEFAULTS: dict[str, Any] = {
-    "trace_file": "",
-    "trace_level": ["OFF"],
-    "trace_rate": "1000",
-    "trace_count": "-1",
-    "log_frequency": "0",
-    "trace_mode": "triton",
-}
-_OTEL_BATCH = ("bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size")
-
-
-@dataclass(frozen=True, slots=True)
-class TraceConfig:
-    """Tracing as the server starts with it (tritonserver's ``--trace-config``)."""
-
-    level: tuple[str, ...] = ("OFF",)
-    rate: int = 1000
-    count: int = -1
-    mode: str = "triton"
-    file: str = ""
-    log_frequency: int = 0
-    # opentelemetry mode: the OTLP/HTTP endpoint, resource attributes, batch processor
-    url: str = "http://localhost:4318/v1/traces"
-    resource: Mapping[str, str] = field(default_factory=dict)
-    batch: Mapping[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.level, str):  # level="TIMESTAMPS" means ("TIMESTAMPS",)
-            object.__setattr__(self, "level", (self.level,))
-        elif isinstance(self.level, (list, tuple)):
-            object.__setattr__(self, "level", tuple(self.level))
-        else:
-            raise InvalidArgumentError(f"trace level must be a list of levels, got "
-                                       f"{self.level!r}")
-        for name in ("rate", "count", "log_frequency"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidArgumentError(f"trace {name} must be an integer, got {value!r}")
-        settings = self.settings()
-        for key, value in settings.items():
-            _validate(key, value)
-        if not isinstance(self.url, str) or not self.url:
-            raise InvalidArgumentError(f"the OpenTelemetry url must be a string, got "
-                                       f"{self.url!r}")
-        if not isinstance(self.resource, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in self.resource.items()):
-            raise InvalidArgumentError(
-                f"trace resource attributes must map strings to strings, got {self.resource!r}")
-        if not isinstance(self.batch, Mapping):
-            raise InvalidArgumentError(f"trace batch settings must be a dict, got "
-                                       f"{self.batch!r}")
-        for key, value in self.batch.items():
-            if key not in _OTEL_BATCH:
-                raise InvalidArgumentError(
-                    f"unknown OpenTelemetry batch setting '{key}', expected one of "
-                    + ", ".join(_OTEL_BATCH))
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidArgumentError(f"{key} must be a positive integer, got {value!r}")
-
-    def settings(self) -> dict[str, Any]:
-        """The initial trace settings, in the trace API's names and shapes."""
-        return {"trace_file": self.file, "trace_level": list(self.level),
-                "trace_rate": str(self.rate), "trace_count": str(self.count),
-                "log_frequency": str(self.log_frequency), "trace_mode": self.mode}
-
-
-def parse_trace_config(items: Iterable[str]) -> TraceConfig:
-    """tritonserver's ``--trace-config`` values -> TraceConfig.
-
-    ``<setting>=<value>`` for the global settings (level, rate, count, mode; level may
-    repeat), ``triton,<setting>=<value>`` (file, log-frequency) and
-    ``opentelemetry,<setting>=<value>`` (url, resource=<key>=<value> (repeatable),
-    bsp_max_queue_size, bsp_schedule_delay, bsp_max_export_batch_size).
-    """
-    values: dict[str, Any] = {}
-    levels: list[str] = []
-    resource: dict[str, str] = {}
-    batch: dict[str, int] = {}
-    for item in items:
-        mode, comma, setting = item.partition(",")
-        if not comma:
-            mode, setting = "", item
-        key, equals, value = setting.partition("=")
-        if not equals or not key:
-            raise InvalidArgumentError(
-                f"invalid --trace-config '{item}', expected [<mode>,]<setting>=<value>")
-        if mode == "":
-            if key == "level":
-                levels.append(value.upper())
-            elif key in ("rate", "count"):
-                values[key] = _int(item, value)
-            elif key == "mode":
-                values["mode"] = value
-            else:
-                raise InvalidArgumentError(f"unknown global trace setting '{key}' in '{item}'")
-        elif mode == "triton":
-            if key == "file":
-                values["file"] = value
-            elif key == "log-frequency":
-                values["log_frequency"] = _int(item, value)
-            else:
-                raise InvalidArgumentError(f"unknown triton trace setting '{key}' in '{item}'")
-        elif mode == "opentelemetry":
-            if key == "url":
-                values["url"] = value
-            elif key == "resource":
-                name, eq, attribute = value.partition("=")
-                if not eq or not name:
-                    raise InvalidArgumentError(
-                        f"invalid resource in '{item}', expected resource=<key>=<value>")
-                resource[name] = attribute
-            elif key in _OTEL_BATCH:
-                batch[key] = _int(item, value)
-            else:
-                raise InvalidArgumentError(
-                    f"unknown opentelemetry trace setting '{key}' in '{item}'")
-        else:
-            raise InvalidArgumentError(
-                f"invalid trace mode '{mode}' in '{item}', expected triton or opentelemetry")
-    if levels:
-        # "level=OFF" alongside others means the others (Triton ORs the level bits).
-        named = [level for level in levels if level != "OFF"]
-        values["level"] = tuple(dict.fromkeys(named)) or ("OFF",)
-    return TraceConfig(resource=resource, batch=batch, **values)
-
-
-def _int(item: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgumentError(f"invalid integer in --trace-config '{item}'") from None
-
-
-def _validate(key: str, value: Any) -> Any:
-    if key not in _DEFAULTS:
-        raise InvalidArgumentError(f"unknown trace setting '{key}'")
-    if key == "trace_level":
-        levels = [value] if isinstance(value, str) else value
-        if not isinstance(levels, list) or not levels:
-            raise InvalidArgumentError("trace_level must be a non-empty list of levels")
-        for level in levels:
-            if level not in _LEVELS:
-                raise InvalidArgumentError(
-                    f"invalid trace level '{level}', expected one of {', '.join(_LEVELS)}")
-        if "OFF" in levels and len(levels) > 1:
-            raise InvalidArgumentError("trace level OFF cannot be combined with other levels")
-        return list(levels)
-    if key in ("trace_rate", "trace_count", "log_frequency"):
-        try:
-            number = int(str(value))
-        except ValueError:
-            raise InvalidArgumentError(f"{key} must be an integer, got '{value}'") from None
-        minimum = -1 if key == "trace_count" else 0
-        if number < minimum:
-            raise InvalidArgumentError(f"{key} must be >= {minimum}, got {number}")
-        return str(number)
-    if key == "trace_mode":
-        if value not in ("triton", "opentelemetry"):
-            raise InvalidArgumentError(f"invalid trace mode '{value}'")
-        return value
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{key} must be a string")
-    return value
-
-
-class TraceSettingsStore:
-    """Global trace settings plus per-model overrides, as Triton's trace API exposes them."""
-
-    def __init__(self, initial: Mapping[str, Any] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._global: dict[str, Any] = dict(_DEFAULTS)
-        if initial:
-            self._global.update({k: _validate(k, v) for k, v in initial.items()})
-        self._models: dict[str, dict[str, Any]] = {}
-
-    def get(self, model: str = "") -> dict[str, Any]:
-        """The settings in force for ``model`` ("" for the global ones)."""
-        with self._lock:
-            settings = dict(self._global)
-            if model:
-                settings.update(self._models.get(model, {}))
-            settings["trace_level"] = list(settings["trace_level"])
-            return settings
-
-    def update(self, changes: Mapping[str, Any], model: str = "") -> dict[str, Any]:
-        """Apply ``changes``; a None value clears a model's override (or resets a global)."""
-        validated = {key: (None if value is None else _validate(key, value))
-                     for key, value in changes.items()}
-        for key in validated:
-            if key not in _DEFAULTS:
-                raise InvalidArgumentError(f"unknown trace setting '{key}'")
-        with self._lock:
-            target = self._models.setdefault(model, {}) if model else self._global
-            for key, value in validated.items():
-                if value is None:
-                    if model:
-                        target.pop(key, None)
-                    else:
-                        target[key] = _DEFAULTS[key]
-                else:
-                    target[key] = value
-        return self.get(model)
-
-    def overrides(self, model: str) -> frozenset[str]:
-        """The settings ``model`` sets itself."""
-        with self._lock:
-            return frozenset(self._models.get(model, ()))
-
-    def set_remaining_count(self, model: str, count: int) -> None:
-        """Report what remains of trace_count where it was set (``model`` or global)."""
-        with self._lock:
-            target = self._models.get(model) if model else self._global
-            if target is not None:
-                target["trace_count"] = str(count)
 
 
 class _Scope:
@@ -271,12 +53,12 @@ class _Scope:
         self.tensors = "TENSORS" in levels
         self.rate = int(settings["trace_rate"])
         self.count = int(settings["trace_count"])
-        self.log_frequency = int(settings["log_frequency"])
+        self.log_frequency = int(settings.get("log_frequency", "0"))
         self.mode = settings["trace_mode"]
         self.file = file
         self.otel = otel if self.mode == "opentelemetry" else None
         self.enabled = (levels != ["OFF"] and self.rate > 0
-                        and (self.mode == "opentelemetry" or file is not None))
+                        and (self.otel if self.mode == "opentelemetry" else file) is not None)
         self.users: list[ModelTracer] = []
         self._lock = threading.Lock()
         self._sampled = 0
@@ -427,7 +209,7 @@ class Tracer:
         return scope
 
     def _file(self, settings: Mapping[str, Any]) -> TraceFile | None:
-        path = settings["trace_file"]
+        path = settings.get("trace_file", "")
         if settings["trace_mode"] != "triton" or not path:
             return None
         file = self._files.get(path)
@@ -440,7 +222,13 @@ class Tracer:
             return None
         if self._otel is None:
             config = self.config
-            self._otel = OtelExporter(config.url, config.resource, config.batch)
+            try:
+                self._otel = OtelExporter(config.url or OTEL_DEFAULT_URL, config.resource,
+                                          config.batch)
+            except UnavailableError as exc:
+                # tritonserver starts whatever becomes of its exports: so does infercore,
+                # tracing nothing
+                logger.error("%s", exc.message)
         return self._otel
 
     def close(self) -> None:

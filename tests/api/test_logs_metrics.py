@@ -42,13 +42,14 @@ def test_the_callers_lines_reach_the_server_log_with_its_file_and_line(add_sub_r
         infercore.log_message(LogLevel.ERROR, "module-level line", filename="/src/app.py",
                               line=7)
     ours = [text for text in log.read_text().splitlines()
-            if text.endswith(("application started", "queue is long", "module-level line"))]
+            if text.endswith(('"application started"', '"queue is long"',
+                              '"module-level line"'))]
     assert len(ours) == 3  # among the server's own lines
     assert ours[0].startswith("I") and ours[0].endswith(
-        f" test_logs_metrics.py:{line}] application started")
+        f' test_logs_metrics.py:{line}] "application started"')
     assert ours[1].startswith("W") and ours[1].endswith(
-        f" test_logs_metrics.py:{line + 1}] queue is long")
-    assert ours[2].startswith("E") and ours[2].endswith(" app.py:7] module-level line")
+        f' test_logs_metrics.py:{line + 1}] "queue is long"')
+    assert ours[2].startswith("E") and ours[2].endswith(' app.py:7] "module-level line"')
 
 
 def test_each_switch_decides_for_its_level(add_sub_repo, tmp_path):
@@ -66,7 +67,7 @@ def test_each_switch_decides_for_its_level(add_sub_repo, tmp_path):
         server.log(LogLevel.ERROR, "an error line")
     written = [line.split("] ", 1)[1] for line in log.read_text().splitlines()
                if "test_logs_metrics.py" in line]
-    assert written == ["a WARN line", "a verbose line", "an error line"]
+    assert written == ['"a WARN line"', '"a verbose line"', '"an error line"']
 
 
 def test_without_a_server_the_infercore_logger_decides(caplog):

@@ -146,16 +146,23 @@ def test_trace_settings_are_reported_and_updated(client):
     updated = client.update_trace_settings(settings={"trace_rate": "50"}, as_json=True)
     assert updated["settings"]["trace_rate"]["value"] == ["50"]
     model = client.update_trace_settings(model_name="add_sub",
-                                         settings={"trace_level": ["TIMESTAMPS"]}, as_json=True)
-    assert model["settings"]["trace_level"]["value"] == ["TIMESTAMPS"]
-    cleared = client.update_trace_settings(model_name="add_sub", settings={"trace_level": None},
+                                         settings={"trace_count": "3"}, as_json=True)
+    assert model["settings"]["trace_count"]["value"] == ["3"]
+    cleared = client.update_trace_settings(model_name="add_sub", settings={"trace_count": None},
                                            as_json=True)
-    assert cleared["settings"]["trace_level"]["value"] == ["OFF"]
+    assert cleared["settings"]["trace_count"]["value"] == ["-1"]
     client.update_trace_settings(settings={"trace_rate": None})
     error = _failure(client.get_trace_settings, model_name="no_such_model")
     assert error.status() == "StatusCode.INVALID_ARGUMENT"
-    error = _failure(client.update_trace_settings, settings={"trace_level": ["LOUD"]})
+    # no trace file: tracing cannot be turned on (Triton's check)
+    error = _failure(client.update_trace_settings, settings={"trace_level": ["TIMESTAMPS"]})
     assert error.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "trace file name is not given" in error.message()
+    # where a server writes is not the network's to choose
+    for setting in ({"trace_file": "/tmp/elsewhere.json"}, {"trace_file": None}):
+        error = _failure(client.update_trace_settings, settings=setting)
+        assert error.status() == "StatusCode.UNIMPLEMENTED"
+    assert client.get_trace_settings(as_json=True)["settings"]["trace_file"]["value"] == [""]
 
 
 def test_log_settings_are_reported_and_updated(client, stub):

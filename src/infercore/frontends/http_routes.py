@@ -20,15 +20,16 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-import orjson
-
 from ..errors import (
     InternalError,
     InvalidArgumentError,
     TritonError,
+    UnavailableError,
     UnsupportedError,
 )
+from ..logs import LOG_FORMATS
 from ..server import Server
+from ..trace_settings import stoi
 from .busy_poll import BusyPoll
 from .http_generate import GenerateHandler
 from .http_infer import InferHandler
@@ -50,8 +51,10 @@ _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:index|models/([^/]+)/(
 _SHARED_MEMORY = re.compile(
     r"/v2/(systemsharedmemory|cudasharedmemory)(?:/region/([^/]+))?/(status|register|unregister)")
 _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
+# in the order Triton applies them
 _LOG_KEYS = {"log_info": bool, "log_warning": bool, "log_error": bool,
              "log_verbose_level": int, "log_format": str}
+_JSON_TYPE_NAMES = {bool: "boolean", str: "string", int: "unsigned-integer"}
 
 # Content types as Triton's answers carry them (tests/conformance/cases/health.py): the
 # health and readiness routes and unknown paths answer text/plain, errors included.
@@ -207,24 +210,24 @@ class HttpRouter:
             return json_response(self._server.log_settings())
         if request.method != "POST":
             return _NOT_ALLOWED
-        document = _json_object(request.body)
+        document = _json_members(request.body)
         if document.get("log_file") is not None:
             raise UnsupportedError(
                 "log file location can not be updated through network protocol")
-        changes = {}
+        # Triton applies each setting as it reads it: a bad one leaves those before it set
         for key, kind in _LOG_KEYS.items():
             value = document.get(key)
             if value is None:
                 continue
-            if kind is int and (isinstance(value, bool) or not is_uint(value)):
-                raise InvalidArgumentError(
-                    "attempt to access JSON non-unsigned-integer as unsigned-integer")
-            if not isinstance(value, kind):
-                raise InvalidArgumentError(
-                    f"attempt to access JSON non-{'boolean' if kind is bool else 'string'} "
-                    f"as {'boolean' if kind is bool else 'string'}")
-            changes[key] = value
-        return json_response(self._server.update_log_settings(**changes))
+            if (kind is int and (isinstance(value, bool) or not is_uint(value))) or (
+                    kind is not int and not isinstance(value, kind)):
+                name = _JSON_TYPE_NAMES[kind]
+                raise InternalError(f"attempt to access JSON non-{name} as {name}")
+            if key == "log_format" and value not in LOG_FORMATS:
+                # Triton's HTTP frontend answers this one with UNAVAILABLE
+                raise UnavailableError(f"invalid argument for --log_format, got: {value}")
+            self._server.update_log_settings(**{key: value})
+        return json_response(self._server.log_settings())
 
     def _global_trace(self, request: HttpRequest) -> HttpResponse:
         return self._trace(request, "")
@@ -235,7 +238,7 @@ class HttpRouter:
         if model and not self._server.model(model).ready():
             raise InvalidArgumentError(f"Request for unknown model : {model}")
         if request.method == "POST":
-            document = _json_object(request.body)
+            document = _json_members(request.body)
             if "trace_file" in document:
                 raise UnsupportedError(
                     "trace file location can not be updated through network protocol")
@@ -244,17 +247,25 @@ class HttpRouter:
                 if key not in document:
                     continue
                 value = document[key]
-                if key == "trace_level":
-                    if value is not None and not (isinstance(value, list) and all(
-                            isinstance(level, str) for level in value)):
-                        raise InvalidArgumentError(
-                            "attempt to access JSON non-array of strings as trace_level")
+                if key == "trace_level" and value is not None:
+                    if not isinstance(value, list):
+                        raise InternalError("attempt to access JSON non-array as array")
+                    if not all(isinstance(level, str) for level in value):
+                        raise InternalError("attempt to access JSON non-string as string")
                 elif value is not None and not isinstance(value, str):
-                    raise InvalidArgumentError("attempt to access JSON non-string as string")
+                    raise InternalError("attempt to access JSON non-string as string")
+                elif key == "trace_count" and value is not None and _below_minus_one(value):
+                    # the engine's wording has a space after "got:"; the HTTP frontend's not
+                    raise InvalidArgumentError(
+                        f"Unable to parse 'trace_count'. Expecting value >= -1, got:{value}")
                 changes[key] = value
             if changes:
                 self._server.update_trace_settings(model, **changes)
-        return json_response(self._server.trace_settings(model))
+        settings = self._server.trace_settings(model)
+        # Triton writes a repeated setting (opentelemetry's resource) as repeated JSON keys:
+        # a reader keeps the last
+        return json_response({key: value[-1] if isinstance(value, list) and key != "trace_level"
+                              else value for key, value in settings.items()})
 
     # -- shared memory -------------------------------------------------------------------
     # Read as Triton's handlers read them: a body that is no object has no members, and a
@@ -269,7 +280,7 @@ class HttpRouter:
         if not region:
             raise InvalidArgumentError(
                 "'region name' is necessary to register system shared memory region")
-        document = _register_body(request.body)
+        document = _json_members(request.body)
         key = document.get("key")
         if key is None:
             raise InvalidArgumentError("Shared memory register request has no 'key' field")
@@ -296,7 +307,7 @@ class HttpRouter:
         if not region:
             raise InvalidArgumentError(
                 "'region name' is necessary to register cuda shared memory region")
-        if "raw_handle" not in _register_body(request.body):
+        if "raw_handle" not in _json_members(request.body):
             raise InvalidArgumentError(
                 "Shared memory register request has no 'raw_handle' field")
         self._shm.cuda_register(region)
@@ -312,26 +323,25 @@ class HttpRouter:
     }
 
 
-def _register_body(body: bytes) -> dict[str, Any]:
-    """A register request's members; none when the body is not a JSON object."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
-    return document if isinstance(document, dict) else {}
-
-
-def _json_object(body: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
-    if not body and allow_empty:
+def _json_members(body: bytes) -> dict[str, Any]:
+    """The members of a JSON body where Triton's handlers look members up (register,
+    logging, trace settings): a document that is not an object has none; one that does not
+    parse is rapidjson's INTERNAL error. A member named twice: its first value, as
+    rapidjson's Find gives."""
+    document = parse_json(body)
+    if not isinstance(document, JsonObject):
         return {}
+    members: dict[str, Any] = {}
+    for name, value in document.members:
+        members.setdefault(name, value)
+    return members
+
+
+def _below_minus_one(text: str) -> bool:
     try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidArgumentError(
-            "failed to parse the request JSON buffer: the request must be a JSON object")
-    return document
+        return stoi(text) < -1
+    except (ValueError, OverflowError):
+        return False  # the engine says what is wrong with it
 
 
 def _repository_json(body: bytes) -> Any:

@@ -6,8 +6,8 @@ module's ``__all__``. The pieces live in ``pb_error``, ``pb_tensor``, ``pb_reque
 helpers live here.
 
 ``Logger`` writes through Python ``logging`` (logger ``infercore.model``), each record
-prefixed with the model name and carrying ``model_name``/``model_version``/``instance_name``
-attributes, with the caller's file and line as the record's location.
+carrying ``model_name``/``model_version``/``instance_name`` attributes, with the caller's
+file and line as the record's location.
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def _emit(message: Any, level: int) -> None:
         "model_version": scope.model_version,
         "instance_name": scope.instance_name,
     }
-    _logger.log(py_level, "[%s] %s", scope.model_name, message, extra=extra, stacklevel=3)
+    # the message alone, as Triton's log shows it; the model is in the record's attributes
+    _logger.log(py_level, "%s", message, extra=extra, stacklevel=3)
 
 
 class Logger:
