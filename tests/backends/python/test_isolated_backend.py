@@ -406,7 +406,7 @@ def test_model_logger_lines_reach_the_server_log(crashy: IsolatedInstance):
         target.removeHandler(handler)
         target.setLevel(previous)
     (record,) = records
-    assert record.getMessage() == "[crashy] hello from the worker"
+    assert record.getMessage() == "hello from the worker"  # as Triton's log shows it
     assert record.levelno == logging.WARNING
     assert record.model_name == "crashy"  # type: ignore[attr-defined]
     assert record.pathname.endswith("model.py") and record.funcName == "execute"

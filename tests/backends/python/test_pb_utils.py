@@ -477,7 +477,7 @@ def test_logger_tags_records_with_the_current_model(caplog, tmp_path: Path):
         pb_utils.Logger.log_info("hello")
         assert pb_utils.get_model_dir() == str(tmp_path)
     record = caplog.records[-1]
-    assert record.getMessage() == "[my_model] hello"
+    assert record.getMessage() == "hello"  # the model is in the attributes, as Triton logs it
     assert record.model_name == "my_model"
     assert record.model_version == 3
     assert record.instance_name == "my_model_0"

@@ -612,7 +612,7 @@ def test_auto_complete_fills_the_config_in_place(harness: Harness, caplog):
     assert config.output[0].data_type == model_config_pb2.TYPE_FP32
     assert config.max_batch_size == 8
     assert config.HasField("dynamic_batching")
-    assert f"[auto] completed in {harness.repo / 'auto' / '1'}" in caplog.text
+    assert f"completed in {harness.repo / 'auto' / '1'}" in caplog.text
     # the completed config loads and serves
     model = harness.backend.create_model(harness.context("auto", config))
     instance = model.create_instance(InstanceInfo("auto_0", "auto", 0, "KIND_CPU", 0))
@@ -703,9 +703,9 @@ def test_logger_names_the_model(harness: Harness, caplog):
     records = [r for r in caplog.records if r.name == "infercore.model"]
     got = [(r.levelno, r.getMessage(), r.model_name) for r in records]
     assert got == [
-        (logging.INFO, "[chatty] init chatty_0", "chatty"),
-        (logging.WARNING, "[chatty] executing", "chatty"),
-        (logging.ERROR, "[chatty] from a model thread", "chatty"),
+        (logging.INFO, "init chatty_0", "chatty"),
+        (logging.WARNING, "executing", "chatty"),
+        (logging.ERROR, "from a model thread", "chatty"),
     ]
     assert records[1].instance_name == "chatty_0"
     assert records[1].filename == "model.py"
