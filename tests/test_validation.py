@@ -479,3 +479,46 @@ def test_malformed_bytes_data_gets_tritons_message(data, shape, message):
     validator = _one_input("[ -1 ]", data_type="TYPE_STRING")
     request = _request({"INPUT0": RawInput(DataType.BYTES, shape, len(data), data)})
     assert _error(validator, request) == message
+
+
+# -- raw binary requests (HTTP, Inference-Header-Content-Length: 0) -----------------------
+
+
+def _raw(body: bytes) -> InferRequest:
+    request = _request({})
+    request.raw_input = body
+    return request
+
+
+def test_a_raw_input_takes_the_single_variable_dim_from_its_size():
+    request = _raw(np.arange(6, dtype=np.float32).tobytes())
+    _one_input("[ -1, 2 ]").validate(request)
+    assert request.inputs["INPUT0"].shape == (3, 2)
+
+
+def test_a_raw_input_of_a_batching_model_is_a_batch_of_one():
+    validator = _one_input("[ 2 ]", max_batch_size=4)
+    request = _raw(b"\0" * 8)
+    validator.validate(request)
+    assert request.inputs["INPUT0"].shape == (1, 2)
+    assert _error(validator, _raw(b"\0" * 16)) == P + (
+        "input byte size mismatch for input 'raw_input' for model 'm'. Expected 8, got 16")
+
+
+def test_a_raw_bytes_input_is_one_element_holding_the_whole_body():
+    request = _raw(b"427")
+    _one_input("[ 1 ]", data_type="TYPE_STRING").validate(request)
+    assert request.inputs["INPUT0"].to_bytes_array().tolist() == [b"427"]
+
+
+@pytest.mark.parametrize("config, message", [
+    (THREE_INPUTS, "Raw request must only have 1 input (found 1) to be deduced but got 3 "
+                   "inputs in 'm' model configuration"),
+    ('name: "m" input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]',
+     "The shape of the raw input 'X' can not be deduced because there are more than one "
+     "variable-sized dimension"),
+    ('name: "m" input [ { name: "X" data_type: TYPE_STRING dims: [ -1 ] } ]',
+     "For BYTE datatype raw input 'X', the model must have input shape [1]"),
+])
+def test_raw_inputs_triton_cannot_deduce_are_refused(config, message):
+    assert _error(RequestValidator(_config(config)), _raw(b"\0" * 8)) == P + message

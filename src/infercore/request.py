@@ -49,6 +49,7 @@ class InferRequest:
         "sequence_start",
         "sequence_end",
         "batch_size",
+        "raw_input",
         "sender",
         "cancelled",
         "_cancel_hooks",
@@ -93,6 +94,8 @@ class InferRequest:
         self.sequence_start = sequence_start
         self.sequence_end = sequence_end
         self.batch_size = 0
+        # the body of a raw binary request: the model's validator makes it its one input
+        self.raw_input: Any = None
         self.sender: ResponseSender | None = None
         self.cancelled = False
         self._cancel_hooks: list[Callable[[], Any]] | None = None

@@ -15,7 +15,9 @@ Triton's, to name the input Triton names. Messages from the core carry Triton's
 
 Frontends hand inputs whose data does not fit the shape and datatype they declare (a
 size mismatch, a negative dimension, an unknown datatype, malformed BYTES data) as
-``RawInput``: the validator refuses them at Triton's point, with Triton's message.
+``RawInput``: the validator refuses them at Triton's point, with Triton's message. The
+body of a raw binary HTTP request (``request.raw_input``) becomes the model's one input
+here, as Triton's core deduces it.
 """
 
 from __future__ import annotations
@@ -120,6 +122,8 @@ class RequestValidator:
 
     def validate(self, request: InferRequest) -> None:
         """Raise InvalidArgumentError unless ``request`` fits the model; set its batch size."""
+        if request.raw_input is not None:
+            self._take_raw_input(request)
         wanted = request.requested_outputs
         if wanted is not None:
             self._check_outputs(wanted)
@@ -284,6 +288,54 @@ class RequestValidator:
             raise InvalidArgumentError(
                 f"{prefix}input byte size mismatch for input '{name}' for model '{model}'. "
                 f"Expected {expected}, got {got}")
+
+    def _take_raw_input(self, request: InferRequest) -> None:
+        """Make a raw request's body (Triton's "raw_input") the model's one input, its
+        shape deduced as Triton's core deduces it: the configured dims after a batch
+        dimension of 1, the one variable dimension from the body's size; a BYTES input
+        must be of shape [1], its one element the whole body."""
+        label = request_label(request.id)
+        model = self.model_name
+        if len(self.inputs) != 1:
+            raise InvalidArgumentError(
+                f"{label}Raw request must only have 1 input (found 1) to be deduced but got "
+                f"{len(self.inputs)} inputs in '{model}' model configuration")
+        spec = next(iter(self.inputs.values()))
+        shape = [1] if self.max_batch_size > 0 else []
+        variable = -1
+        fixed = 1
+        for dim in spec.dims:
+            if dim == -1:
+                if variable != -1:
+                    raise InvalidArgumentError(
+                        f"{label}The shape of the raw input '{spec.name}' can not be deduced "
+                        "because there are more than one variable-sized dimension")
+                variable = len(shape)
+            else:
+                fixed *= dim
+            shape.append(dim)
+        data = request.raw_input
+        if spec.data_type is DataType.BYTES:
+            if variable != -1 or fixed != 1:
+                raise InvalidArgumentError(
+                    f"{label}For BYTE datatype raw input '{spec.name}', the model must have "
+                    "input shape [1]")
+            array = np.empty(1, dtype=np.object_)
+            array[0] = bytes(data)
+            request.inputs = {spec.name: Tensor(DataType.BYTES, array.reshape(shape))}
+            return
+        size = spec.data_type.byte_size
+        if variable != -1:
+            shape[variable] = len(data) // fixed // size if fixed else 0
+        count = 1
+        for dim in shape:
+            count *= dim
+        if count * size != len(data):  # the one check left that the input could fail
+            raise InvalidArgumentError(
+                f"{label}input byte size mismatch for input 'raw_input' for model '{model}'. "
+                f"Expected {count * size}, got {len(data)}")
+        array = np.frombuffer(data, spec.data_type.numpy_dtype, count).reshape(shape)
+        request.inputs = {spec.name: Tensor(spec.data_type, array)}
 
     def _apply_reshape(self, request: InferRequest) -> None:
         batching = self.max_batch_size > 0

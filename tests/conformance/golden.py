@@ -10,6 +10,7 @@ is held to instead. A start-up suite's single answer is under the case name ``st
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,12 @@ def _diff(want: Any, got: Any, where: str, partial: bool, problems: list[str]) -
         for index, (w, g) in enumerate(zip(want, got, strict=True)):
             _diff(w, g, f"{where}[{index}]", partial, problems)
         return
-    if want != got:
+    if want != got and not (_is_nan(want) and _is_nan(got)):  # NaN data answers NaN
         problems.append(f"{where}: got {_short(got)}, expected {_short(want)}")
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _short(value: Any) -> str:

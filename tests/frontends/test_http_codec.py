@@ -16,14 +16,20 @@ import orjson
 import pytest
 
 from infercore import DataType, InferResponse, Tensor
-from infercore.errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from infercore.errors import (
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    TritonError,
+    UnsupportedError,
+)
 from infercore.frontends.classification import classify
 from infercore.frontends.http_decode import (
     DecodedInfer,
     OutputPlan,
     decode_infer,
-    decode_raw_infer,
     parse_header_length,
+    raw_infer,
 )
 from infercore.frontends.http_encode import encode_infer
 from infercore.frontends.http_header_cache import HeaderCache
@@ -35,6 +41,7 @@ from infercore.frontends.http_messages import (
     serialize_head,
 )
 from infercore.frontends.shm import SystemSharedMemory
+from infercore.validation import RawInput
 
 
 def _body(inputs, outputs=None, binary: bytes = b"", **extra) -> tuple[bytes, int | None]:
@@ -90,8 +97,6 @@ def test_json_data_may_be_nested_or_flat():
     ("BOOL", [True, False], np.bool_),
     ("UINT64", [0, 2**64 - 1], np.uint64),
     ("INT8", [-128, 127], np.int8),
-    ("FP16", [1.5, 2], np.float16),
-    ("BF16", [1.5, -2.0], ml_dtypes.bfloat16),
     ("FP64", [0.1, 3], np.float64),
 ])
 def test_json_numbers_take_the_declared_datatype(datatype, data, expected_dtype):
@@ -111,15 +116,18 @@ def test_json_strings_become_utf8_bytes():
 
 
 @pytest.mark.parametrize("datatype, data, message", [
-    ("INT32", [1.5, 2], "expected integer values"),
-    ("BOOL", [1, 0], "expected boolean values"),
-    ("FP32", ["1", "2"], "expected number values"),
+    ("INT32", [1.5, 2], "Unable to parse 'data': attempt to access JSON non-signed-integer "
+                        "as signed-integer"),
+    ("UINT8", [-1, 2], "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    ("BOOL", [1, 0], "attempt to access JSON non-boolean as boolean"),
+    ("FP32", ["1", "2"], "attempt to access JSON non-number as double"),
     ("FP32", [1, 2, 3], "Shape does not match true shape of 'data' field"),
-    ("BYTES", [1, 2], "attempt to access JSON non-string as string"),
+    ("BYTES", [1, 2], "Unable to parse JSON bytes array: attempt to access JSON non-string"),
     ("FP32", 5, "attempt to access JSON non-array as array"),
 ])
-def test_json_data_of_the_wrong_kind_or_count_is_refused(datatype, data, message):
-    with pytest.raises(InvalidArgumentError, match=message):
+def test_json_data_of_the_wrong_kind_or_count_is_an_internal_error(datatype, data, message):
+    # TritonJson's failures are INTERNAL errors (HTTP 500) in Triton
+    with pytest.raises(InternalError, match=message):
         _decode([{"name": "X", "shape": [2], "datatype": datatype, "data": data}])
 
 
@@ -133,7 +141,7 @@ def test_json_data_of_the_wrong_kind_or_count_is_refused(datatype, data, message
     ({"shape": [1], "datatype": "FP32", "data": [1]}, "Unable to parse 'name'"),
 ])
 def test_malformed_inputs_are_refused_with_tritons_messages(item, message):
-    with pytest.raises(InvalidArgumentError, match=message):
+    with pytest.raises(TritonError, match=message):
         _decode([item])
 
 
@@ -164,7 +172,7 @@ def test_request_parameters_set_the_request_fields_and_pass_the_rest_on():
     ({"sequence_id": 1.5}, "Unable to parse 'sequence_id'"),
 ])
 def test_invalid_request_parameters_are_refused(parameters, message):
-    with pytest.raises(InvalidArgumentError, match=message):
+    with pytest.raises(TritonError, match=message):
         _decode([], parameters=parameters)
 
 
@@ -184,12 +192,13 @@ def test_requested_outputs_and_their_plans():
     ({"binary_data": "yes"}, "Unable to parse 'binary_data'"),
 ])
 def test_conflicting_output_parameters_are_refused(parameters, message):
-    with pytest.raises(InvalidArgumentError, match=message):
+    with pytest.raises(TritonError, match=message):
         _decode([], outputs=[{"name": "A", "parameters": parameters}])
 
 
 @pytest.mark.parametrize("value, body_length, expected", [
-    (None, 10, None), (b"4", 10, 4), (b"10", 10, 10), (b"0", 10, 0)])
+    (None, 10, None), (b"4", 10, 4), (b"10", 10, 10), (b"0", 10, 0),
+    (b"ten", 10, 0), (b"4abc", 10, 4), (b" +4", 10, 4)])  # C's atoi, as Triton reads it
 def test_header_length_parses_within_the_body(value, body_length, expected):
     assert parse_header_length(value, body_length) == expected
 
@@ -197,28 +206,40 @@ def test_header_length_parses_within_the_body(value, body_length, expected):
 @pytest.mark.parametrize("value, message", [
     (b"11", "inference header size should be in range (0, 10), got: 11"),
     (b"-1", "inference header size should be in range (0, 10), got: -1"),
-    (b"ten", "Unable to parse Inference-Header-Content-Length, got: ten")])
+    (b"11abc", "inference header size should be in range (0, 10), got: 11abc")])
 def test_header_length_outside_the_body_is_refused(value, message):
     with pytest.raises(InvalidArgumentError) as caught:
         parse_header_length(value, 10)
     assert caught.value.message == message
 
 
-def test_raw_request_deduces_the_single_inputs_shape():
-    inputs = [{"name": "X", "datatype": "FP32", "shape": [-1, 2]}]
+def test_a_raw_request_hands_the_body_to_the_model_and_answers_binary():
     body = np.arange(6, dtype=np.float32).tobytes()
 
-    decoded = decode_raw_infer("m", -1, body, inputs)
+    decoded = raw_infer("m", -1, body)
 
-    assert decoded.request.inputs["X"].shape == (3, 2)
+    assert decoded.request.raw_input is body and decoded.request.inputs == {}
     assert decoded.binary_default is True
 
 
-def test_raw_request_needs_a_single_input_model():
-    two = [{"name": "A", "datatype": "FP32", "shape": [1]},
-           {"name": "B", "datatype": "FP32", "shape": [1]}]
-    with pytest.raises(InvalidArgumentError, match="Raw request must only have 1 input"):
-        decode_raw_infer("m", -1, b"\0" * 4, two)
+def test_binary_data_that_does_not_fit_its_shape_is_left_to_the_model_to_report():
+    header = {"inputs": [{"name": "X", "shape": [2], "datatype": "FP32",
+                          "parameters": {"binary_data_size": 4}}]}
+    head = orjson.dumps(header)
+
+    decoded = decode_infer("m", -1, head + b"\0" * 4, len(head), SystemSharedMemory())
+
+    tensor = decoded.request.inputs["X"]
+    assert type(tensor) is RawInput and tensor.byte_size == 4 and tensor.shape == (2,)
+
+
+def test_arrays_nested_deeper_than_a_hundred_are_refused():
+    data: list = [1]
+    for _ in range(100):
+        data = [data]
+    with pytest.raises(InvalidArgumentError, match="JSON nesting depth exceeds maximum "
+                                                   "allowed limit \\(100\\)"):
+        _decode([{"name": "X", "shape": [1], "datatype": "INT32", "data": data}])
 
 
 @pytest.fixture
@@ -357,16 +378,39 @@ def test_large_binary_outputs_are_views_of_the_output_arrays():
     assert np.shares_memory(np.frombuffer(encoded.binary[0], np.uint8), array)
 
 
+@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
+def test_half_precision_data_is_refused_as_json_in_and_out(datatype):
+    with pytest.raises(InvalidArgumentError, match=f"receiving {datatype} data via JSON is "
+                                                   "not supported"):
+        _decode([{"name": "X", "shape": [1], "datatype": datatype, "data": [1.5]}])
+    array = np.array([1.5], ml_dtypes.bfloat16 if datatype == "BF16" else np.float16)
+    with pytest.raises(InvalidArgumentError, match=f"sending {datatype} data via JSON is "
+                                                   "not supported"):
+        encode_infer(_response(A=Tensor(DataType(datatype), array)), _plan(), _no_classes)
+
+
 def test_json_outputs_are_flat_lists():
     encoded = encode_infer(
         _response(A=Tensor(DataType.INT16, np.array([[1, 2], [3, 4]], np.int16)),
-                  B=Tensor(DataType.BF16, np.array([1.5], ml_dtypes.bfloat16)),
+                  B=Tensor(DataType.FP32, np.array([1.5, 0.1], np.float32)),
                   C=Tensor(DataType.BYTES, np.array([b"x", b"yz"], np.object_))),
         _plan(), _no_classes)
 
     outputs = orjson.loads(encoded.header)["outputs"]
-    assert [o["data"] for o in outputs] == [[1, 2, 3, 4], [1.5], ["x", "yz"]]
+    # FP32 goes back as Triton writes it: each value as a double
+    assert [o["data"] for o in outputs] == [[1, 2, 3, 4], [1.5, 0.10000000149011612],
+                                            ["x", "yz"]]
     assert encoded.binary == []
+
+
+def test_json_floats_are_written_in_rapidjsons_notation():
+    encoded = encode_infer(
+        _response(A=Tensor(DataType.FP64, np.array([np.nan, np.inf, -np.inf, 1e16, 1e-6,
+                                                    1e21, 2.5e-7, -0.0]))),
+        _plan(), _no_classes)
+
+    assert b'"data":[NaN,Infinity,-Infinity,10000000000000000.0,0.000001,1e21,2.5e-7,-0.0]' \
+        in encoded.header
 
 
 def test_non_utf8_bytes_cannot_go_back_as_json():

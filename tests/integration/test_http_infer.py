@@ -76,7 +76,7 @@ def test_every_datatype_round_trips_as_binary_data(client, datatype):
     np.testing.assert_array_equal(got, data)
 
 
-@pytest.mark.parametrize("datatype", [t for t in NUMPY if t != "BF16"])
+@pytest.mark.parametrize("datatype", [t for t in NUMPY if t not in ("BF16", "FP16")])
 def test_every_datatype_round_trips_as_json(client, datatype):
     data = _sample(datatype)
     tensor = httpclient.InferInput(f"IN_{datatype}", list(data.shape), datatype)
@@ -91,18 +91,20 @@ def test_every_datatype_round_trips_as_json(client, datatype):
     np.testing.assert_array_equal(got, data)
 
 
-def test_bf16_travels_as_json_numbers(http_server):
+@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
+def test_half_precision_json_data_is_refused_as_triton_refuses_it(http_server, datatype):
     import http.client
 
-    body = {"inputs": [{"name": "IN_BF16", "shape": [2], "datatype": "BF16",
-                        "data": [1.5, -2.0]}],
-            "outputs": [{"name": "OUT_BF16"}]}
+    body = {"inputs": [{"name": f"IN_{datatype}", "shape": [2], "datatype": datatype,
+                        "data": [1.5, -2.0]}]}
     conn = http.client.HTTPConnection("127.0.0.1", http_server.port, timeout=10)
     conn.request("POST", "/v2/models/identity/infer", json.dumps(body))
-    answer = json.loads(conn.getresponse().read())
+    response = conn.getresponse()
 
-    assert answer["outputs"][0]["datatype"] == "BF16"
-    assert answer["outputs"][0]["data"] == [1.5, -2.0]
+    assert response.status == 400
+    assert json.loads(response.read()) == {"error": (
+        f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+        f"format for input IN_{datatype}")}
 
 
 def test_binary_data_output_parameter_makes_every_output_binary(client):

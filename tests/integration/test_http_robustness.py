@@ -53,11 +53,12 @@ def _assert_still_serving(server) -> None:
     assert status == 200, body
 
 
-def test_malformed_json_is_a_bad_request(http_server):
+def test_malformed_json_is_refused_as_triton_refuses_it(http_server):
     status, _, body = _request(http_server, "POST", "/v2/models/add_sub/infer", b"{not json")
 
-    assert status == 400
-    assert _error(body).startswith("failed to parse the request JSON buffer")
+    assert status == 500  # Triton's JSON failures are INTERNAL errors; rapidjson's text
+    assert _error(body) == ("failed to parse the request JSON buffer: Missing a name for "
+                            "object member. at 1")
     _assert_still_serving(http_server)
 
 
@@ -98,14 +99,14 @@ def test_extra_bytes_after_the_inputs_are_a_bad_request(http_server):
     assert _error(answer) == "unexpected additional input data for model 'add_sub'"
 
 
-def test_json_data_whose_size_mismatches_the_shape_is_a_bad_request(http_server):
+def test_json_data_whose_size_mismatches_the_shape_is_refused(http_server):
     body = json.dumps({"inputs": [
         {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]},
         {"name": "INPUT1", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
 
     status, _, answer = _request(http_server, "POST", "/v2/models/add_sub/infer", body.encode())
 
-    assert status == 400
+    assert status == 500  # an INTERNAL error in Triton
     assert _error(answer) == ("Unable to parse 'data': Shape does not match true shape of "
                               "'data' field")
 
@@ -270,7 +271,7 @@ def test_bad_requests_do_not_grow_memory(http_server):
                 conn.request(method, path, body, headers)
                 response = conn.getresponse()
                 response.read()
-                assert response.status in (400, 404)
+                assert response.status in (400, 404, 500)
         conn.close()
 
     storm(50)  # warm up: allocator pools, caches, first-use imports

@@ -2,42 +2,64 @@
 
 A request body is a JSON header, optionally followed by the binary tensor data of the
 inputs that carry ``binary_data_size``, in input order; ``Inference-Header-Content-Length``
-says where the JSON ends. Input data comes from one of three places, exactly one per
-input: ``data`` (JSON, nested or flat), binary data after the header, or a registered
-system shared memory region. Fixed-size binary and shared-memory inputs become numpy
-views over the received body or the region: nothing is copied. Views over the body are
-read-only (the body is an immutable ``bytes``).
+says where the JSON ends (0: the whole body is the data of the model's one input, a raw
+request). Input data comes from one of three places, exactly one per input: ``data``
+(JSON, nested or flat), binary data after the header, or a registered system shared
+memory region. Fixed-size binary and shared-memory inputs become numpy views over the
+received body or the region: nothing is copied. Views over the body are read-only (the
+body is an immutable ``bytes``).
 
-Everything here runs on the frontend's event-loop thread; messages keep Triton's wording
-because clients match on it.
+What Triton's HTTP frontend checks is checked here, in its order and with its texts (JSON
+accessor failures are INTERNAL errors, see http_json). Data that does not fit its declared
+shape (a binary size, a count of BYTES elements) is Triton's core's to report: the input
+becomes a ``RawInput``, which the model's validator refuses in Triton's order.
+
+Everything here runs on the frontend's event-loop thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
 from dataclasses import dataclass
+from math import prod
 from typing import Any
 
 import numpy as np
 import orjson
 
 from ..errors import InternalError, InvalidArgumentError
-from ..request import InferRequest
-from ..tensor import DataType, Tensor, deserialize_bytes_tensor
+from ..request import InferRequest, request_label
+from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
+from ..validation import RawInput
 from .http_header_cache import HeaderCache
-from .http_params import RequestFields, is_uint
-from .kserve import InputByteSizeError
+from .http_json import (
+    as_bool,
+    as_double,
+    as_int,
+    as_string,
+    as_uint,
+    member_as_array,
+    member_as_string,
+    parse_json,
+    plain,
+)
+from .http_params import RequestFields
 from .shm import SharedMemoryRegion, SystemSharedMemory
 
-__all__ = ["DecodedInfer", "OutputPlan", "decode_infer", "decode_raw_infer",
-           "parse_header_length"]
+__all__ = ["DecodedInfer", "OutputPlan", "decode_infer", "parse_header_length", "raw_infer"]
 
 _TYPES: dict[str, DataType] = {dt.value: dt for dt in DataType}
-# numpy kinds a JSON list may hold for each target (ints widen to floats, never back).
-_KINDS: dict[DataType, str] = {dt: ("b" if dt is DataType.BOOL else
-                                    "iu" if dt.numpy_dtype.kind in "iu" else "iuf")
-                               for dt in DataType if dt is not DataType.BYTES}
+_ATOI = re.compile(rb"[ \t\n\v\f\r]*[+-]?[0-9]+")
+_INT64 = 1 << 63
+_MAX_DEPTH = 100  # nested arrays in 'data' (server PR #8172)
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+# how Triton reads a JSON value for each datatype, and the Python types that read so
+_KIND = {dt: ("bool" if dt is DataType.BOOL else "uint" if dt.value.startswith("UINT")
+              else "int" if dt.value.startswith("INT") else "float")
+         for dt in DataType if dt is not DataType.BYTES}
+_ACCEPTED: dict[str, set[type]] = {"bool": {bool}, "uint": {int}, "int": {int},
+                                   "float": {int, float}}
+_CHECKS = {"bool": as_bool, "uint": as_uint, "int": as_int, "float": as_double}
 
 
 @dataclass(slots=True)
@@ -60,26 +82,37 @@ class DecodedInfer:
 
 
 def parse_header_length(value: bytes | None, body_length: int) -> int | None:
-    """``Inference-Header-Content-Length`` as an int (None when absent), range-checked."""
+    """``Inference-Header-Content-Length`` read as Triton reads it (C ``atoi``: leading
+    blanks and a sign, then digits, anything after ignored, no digits reads as 0), None
+    when absent; out of the body's range is refused, quoting the header as sent."""
     if value is None:
         return None
-    try:
-        length = int(value)
-    except ValueError:
-        raise InvalidArgumentError(
-            "Unable to parse Inference-Header-Content-Length, got: "
-            + value.decode("latin-1")) from None
+    match = _ATOI.match(value)
+    length = int(match.group(0)) if match else 0
+    length = max(min(length, _INT64 - 1), -_INT64)  # strtol's long
+    length = ((length + (1 << 31)) % (1 << 32)) - (1 << 31)  # the C int it lands in
     if length < 0 or length > body_length:
         raise InvalidArgumentError(
-            f"inference header size should be in range (0, {body_length}), got: {length}")
+            f"inference header size should be in range (0, {body_length}), got: "
+            + value.decode("latin-1"))
     return length
+
+
+def raw_infer(model: str, version: int, body: bytes) -> DecodedInfer:
+    """Triton's raw binary request: the whole body is the data of the model's one input
+    (the model's validator deduces which, and its shape); outputs go back binary."""
+    request = InferRequest(model, {}, model_version=version)
+    request.raw_input = body
+    return DecodedInfer(request, {}, True)
 
 
 def decode_infer(model: str, version: int, body: bytes, header_length: int | None,
                  shm: SystemSharedMemory, cache: HeaderCache | None = None) -> DecodedInfer:
     """Build the InferRequest of a JSON (+ binary) request body; raise TritonError if bad.
 
-    With a ``cache``, a JSON header seen before is not parsed again (http_header_cache).
+    The fields are read in Triton's order (``id``, ``parameters``, ``inputs``, the data
+    after the header, ``outputs``), each failure worded as Triton words it. With a
+    ``cache``, a JSON header seen before is not parsed again (http_header_cache).
     """
     end = len(body) if header_length is None else header_length
     header = b""
@@ -87,152 +120,92 @@ def decode_infer(model: str, version: int, body: bytes, header_length: int | Non
         header = body[:end]
         plan = cache.get(header)
         if plan is not None:
-            return DecodedInfer(plan.request(model, version, body, end), plan.outputs,
-                                plan.binary_default)
-    try:
-        document = orjson.loads(memoryview(body)[:end])
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidArgumentError(
-            "failed to parse the request JSON buffer: the request must be a JSON object")
-    request_id = document.get("id", "")
-    if not isinstance(request_id, str):
-        raise InvalidArgumentError(
-            "Unable to parse 'id': attempt to access JSON non-string as string")
+            cached = plan.request(model, version, body, end)
+            if cached is not None:  # None: the data does not fit; decode it in full
+                return DecodedInfer(cached, plan.outputs, plan.binary_default)
+    document = _document(memoryview(body)[:end])
+    is_object = isinstance(document, dict)
+    request_id = ""
+    if is_object and "id" in document:
+        request_id = as_string(document["id"], "Unable to parse 'id'")
     fields = RequestFields()
-    parameters = document.get("parameters")
-    if parameters is not None:
-        fields.read(parameters)
-    try:
-        inputs = _decode_inputs(model, document, body, end, shm)
-    except InputByteSizeError as exc:
-        raise exc.of_request(request_id) from None
-    outputs = _decode_outputs(document.get("outputs"), shm)
+    if is_object and "parameters" in document:
+        fields.read(document["parameters"])
+    inputs = _decode_inputs(model, request_id, document, body, end, shm)
+    names: list[str] = []
+    outputs: dict[str, OutputPlan] = {}
+    if is_object and "outputs" in document:
+        names, outputs = _decode_outputs(
+            member_as_array(document, "outputs", "Unable to parse 'outputs'"), shm)
     request = InferRequest(
         model, inputs, model_version=version, id=request_id,
-        requested_outputs=list(outputs) if outputs else None,
+        requested_outputs=names or None,
         parameters=fields.parameters, priority=fields.priority, timeout_us=fields.timeout_us,
         correlation_id=fields.correlation_id, sequence_start=fields.sequence_start,
         sequence_end=fields.sequence_end)
-    if header:
+    if header and not any(type(t) is RawInput for t in inputs.values()):
         cache.remember(header, document, request, fields, outputs,  # type: ignore[union-attr]
                        fields.binary_output)
     return DecodedInfer(request, outputs, fields.binary_output)
 
 
-def decode_raw_infer(model: str, version: int, body: bytes,
-                     metadata_inputs: Sequence[Mapping[str, Any]]) -> DecodedInfer:
-    """Triton's raw binary request: the whole body is the data of a one-input model.
-
-    The input's datatype comes from the model; its shape is the configured one with the
-    single variable dimension (if any) deduced from the body size. Outputs go back binary.
-    """
-    if len(metadata_inputs) != 1:  # Triton core's text, labelled: a raw request has no id
-        raise InvalidArgumentError(
-            f"[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be "
-            f"deduced but got "
-            f"{len(metadata_inputs)} inputs in '{model}' model configuration")
-    spec = metadata_inputs[0]
-    name = str(spec["name"])
-    data_type = _TYPES[str(spec["datatype"])]
-    dims = [int(d) for d in spec["shape"]]
-    if data_type is DataType.BYTES:
-        array = deserialize_bytes_tensor(body)
-        count = len(array)
-    else:
-        itemsize = data_type.byte_size
-        if len(body) % itemsize:
-            raise InvalidArgumentError(
-                f"raw input of {len(body)} bytes is not a whole number of {data_type} "
-                f"elements for model '{model}'")
-        count = len(body) // itemsize
-    shape = _deduce_shape(model, dims, count)
-    if data_type is not DataType.BYTES:
-        array = np.frombuffer(body, data_type.numpy_dtype, count)
-    request = InferRequest(model, {name: Tensor(data_type, array.reshape(shape))},
-                           model_version=version)
-    return DecodedInfer(request, {}, True)
+def _document(header: memoryview) -> Any:
+    """The JSON header: orjson reads well-formed ones fast; what it refuses is read as
+    Triton reads it (``http_json``: NaN, rapidjson's errors). A key given twice keeps its
+    last value with orjson, its first as Triton reads it."""
+    try:
+        return orjson.loads(header)
+    except orjson.JSONDecodeError:
+        return plain(parse_json(bytes(header)))
 
 
-def _deduce_shape(model: str, dims: list[int], count: int) -> list[int]:
-    variable = [i for i, d in enumerate(dims) if d < 0]
-    fixed = int(np.prod([d for d in dims if d >= 0], dtype=np.int64))
-    if not variable and fixed == count:
-        return dims
-    if len(variable) == 1 and fixed and count % fixed == 0:
-        return [count // fixed if d < 0 else d for d in dims]
-    raise InvalidArgumentError(
-        f"unable to deduce the shape {dims} of the raw input of model '{model}' from "
-        f"{count} elements")
-
-
-def _decode_inputs(model: str, document: dict[str, Any], body: bytes, offset: int,
+def _decode_inputs(model: str, request_id: str, document: Any, body: bytes, offset: int,
                    shm: SystemSharedMemory) -> dict[str, Tensor]:
-    inputs_json = document.get("inputs")
-    if inputs_json is None:
-        raise InvalidArgumentError(
-            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
-    if not isinstance(inputs_json, list):
-        raise InvalidArgumentError(
-            "Unable to parse 'inputs': attempt to access JSON non-array as array")
     tensors: dict[str, Tensor] = {}
-    for item in inputs_json:
-        if not isinstance(item, dict):
-            raise InvalidArgumentError("Unable to parse 'inputs': expected JSON objects")
-        name, data_type, shape = _input_header(item)
-        if name in tensors:
-            raise InvalidArgumentError(f"input '{name}' already exists in request")
-        count = _element_count(shape)
-        params = item.get("parameters") or {}
+    for item in member_as_array(document, "inputs", "Unable to parse 'inputs'"):
+        params = item.get("parameters") if isinstance(item, dict) else None
         if not isinstance(params, dict):
-            raise InvalidArgumentError(f"Unable to parse 'parameters' of input '{name}'")
-        has_data = "data" in item
-        binary_size = params.get("binary_data_size")
-        region = params.get("shared_memory_region")
-        _check_one_source(has_data, binary_size is not None, region is not None)
-        if binary_size is not None:
-            if not is_uint(binary_size):
-                raise InvalidArgumentError("Unable to parse 'binary_data_size'")
-            if offset + binary_size > len(body):
+            params = {}  # Triton looks for its keys in an object only
+        _check_one_source(isinstance(item, dict) and "data" in item,
+                          "binary_data_size" in params, "shared_memory_region" in params)
+        name = member_as_string(item, "name", "Unable to parse 'name'")
+        datatype = member_as_string(item, "datatype", "Unable to parse 'datatype'")
+        data_type = _TYPES.get(datatype)
+        shape = [_int64(as_uint(dim, "Unable to parse 'shape'"))
+                 for dim in member_as_array(item, "shape", "Unable to parse 'shape'")]
+        if name in tensors:
+            raise InvalidArgumentError(
+                f"{request_label(request_id)}input '{name}' already exists in request")
+        if "binary_data_size" in params:
+            size = as_uint(params["binary_data_size"], "Unable to parse 'binary_data_size'")
+            if offset + size > len(body):
                 raise InvalidArgumentError(
                     f"unexpected size for input '{name}', expecting "
-                    f"{offset + binary_size - len(body)} additional bytes for model '{model}'")
-            array = _from_buffer(model, name, data_type, body, offset, binary_size, count)
-            offset += binary_size
-        elif region is not None:
-            array = _from_shared_memory(model, name, data_type, params, count, shm)
+                    f"{offset + size - len(body)} additional bytes for model '{model}'")
+            data = memoryview(body)[offset:offset + size]
+            offset += size
+            tensors[name] = _from_buffer(name, data_type, shape, data)
+        elif "shared_memory_region" in params:
+            data = _shared_memory(params, shm)
+            tensors[name] = _from_buffer(name, data_type, shape, data)
         else:
-            array = _from_json(name, data_type, item["data"], count)
-        tensors[name] = Tensor(data_type, array.reshape(shape))
+            tensors[name] = _from_json(name, data_type, shape, item)
     if offset != len(body):
         raise InvalidArgumentError(f"unexpected additional input data for model '{model}'")
     return tensors
 
 
-def _input_header(item: dict[str, Any]) -> tuple[str, DataType, list[int]]:
-    name = item.get("name")
-    if not isinstance(name, str):
-        raise InvalidArgumentError("Unable to parse 'name'")
-    datatype = item.get("datatype")
-    if not isinstance(datatype, str):
-        raise InvalidArgumentError("Unable to parse 'datatype'")
-    data_type = _TYPES.get(datatype)
-    if data_type is None:
-        raise InvalidArgumentError(f"invalid datatype for input {name}")
-    shape = item.get("shape")
-    if not isinstance(shape, list) or not all(is_uint(d) for d in shape):
-        raise InvalidArgumentError(
-            "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as "
-            "unsigned-integer")
-    return name, data_type, shape
+def _int64(dim: int) -> int:
+    """A shape dimension as Triton stores it: the unsigned value in an int64."""
+    return dim - (1 << 64) if dim >= 1 << 63 else dim
 
 
 def _element_count(shape: list[int]) -> int:
+    """Triton's element count of a shape: the int64 product, wrapping as C does."""
     count = 1
     for dim in shape:
-        count *= dim
-    return count
+        count = ((count * dim + (1 << 63)) % (1 << 64)) - (1 << 63)
+    return count if shape else 0
 
 
 def _check_one_source(has_data: bool, has_binary: bool, has_shm: bool) -> None:
@@ -247,93 +220,116 @@ def _check_one_source(has_data: bool, has_binary: bool, has_shm: bool) -> None:
     raise InvalidArgumentError(message + " set " + " ".join(names))
 
 
-def _from_buffer(model: str, name: str, data_type: DataType, buffer: Any, offset: int,
-                 byte_size: int, count: int) -> np.ndarray:
-    """A view of ``byte_size`` bytes at ``offset`` as ``count`` elements (BYTES: parsed)."""
+def _shared_memory(params: dict[str, Any], shm: SystemSharedMemory) -> memoryview:
+    region = as_string(params["shared_memory_region"], "Unable to parse 'shared_memory_region'")
+    offset = as_uint(params.get("shared_memory_offset", 0),
+                     "Unable to parse 'shared_memory_offset'")
+    byte_size = as_uint(params.get("shared_memory_byte_size", 0),
+                        "Unable to parse 'shared_memory_byte_size'")
+    return shm.region(region).view(offset, byte_size)
+
+
+def _from_buffer(name: str, data_type: DataType | None, shape: list[int], data: Any
+                 ) -> Tensor:
+    """An input whose data came as bytes (after the header, or in shared memory): a view
+    when it fits the shape, else a RawInput, which the model's validator refuses as
+    Triton's core does."""
+    count = _element_count(shape)
     if data_type is DataType.BYTES:
         try:
-            return deserialize_bytes_tensor(memoryview(buffer)[offset:offset + byte_size],
-                                            count)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(
-                f"unexpected BYTES data for input '{name}' for model '{model}': "
-                f"{exc.message}") from None
-    expected = count * data_type.byte_size
-    if byte_size != expected:
-        raise InputByteSizeError(name, data_type.value, model, expected, byte_size)
-    return np.frombuffer(buffer, data_type.numpy_dtype, count, offset)
+            return Tensor(DataType.BYTES, deserialize_bytes_tensor(data, count).reshape(shape))
+        except InvalidArgumentError:
+            return RawInput(DataType.BYTES, shape, len(data), data)
+    if (data_type is not None and count >= 0 and count == prod(shape)
+            and len(data) == count * data_type.byte_size):
+        return Tensor(data_type, np.frombuffer(data, data_type.numpy_dtype, count).reshape(shape))
+    return RawInput(data_type, shape, len(data))
 
 
-def _from_shared_memory(model: str, name: str, data_type: DataType, params: dict[str, Any],
-                        count: int, shm: SystemSharedMemory) -> np.ndarray:
-    region, offset, byte_size = _shared_memory_params(params)
-    view = shm.region(region).view(offset, byte_size)
-    return _from_buffer(model, name, data_type, view, 0, byte_size, count)
-
-
-def _shared_memory_params(params: dict[str, Any]) -> tuple[str, int, int]:
-    """(region, offset, byte_size) of a tensor placed in shared memory; a member of the
-    wrong type is TritonJson's INTERNAL error, as Triton reads them."""
-    region = params["shared_memory_region"]
-    if not isinstance(region, str):
-        raise InternalError("Unable to parse 'shared_memory_region': attempt to access JSON "
-                            "non-string as string")
-    offset = params.get("shared_memory_offset", 0)
-    byte_size = params.get("shared_memory_byte_size", 0)
-    for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", byte_size)):
-        if not is_uint(value):
-            raise InternalError(f"Unable to parse '{key}': attempt to access JSON "
-                                "non-unsigned-integer as unsigned-integer")
-    return region, offset, byte_size
-
-
-def _from_json(name: str, data_type: DataType, data: Any, count: int) -> np.ndarray:
-    if not isinstance(data, list):
-        raise InvalidArgumentError(
-            "Unable to parse 'data': attempt to access JSON non-array as array")
+def _from_json(name: str, data_type: DataType | None, shape: list[int], item: dict[str, Any]
+               ) -> Tensor:
+    """An input whose data is JSON ``data``, read as Triton's ``ReadDataFromJson``."""
+    count = _element_count(shape)
+    if count == 0:  # Triton reads no data then, whatever ``data`` holds
+        if data_type is None:
+            raise InvalidArgumentError(f"invalid datatype for input {name}")
+        if prod(shape) == 0:
+            dtype = np.object_ if data_type is DataType.BYTES else data_type.numpy_dtype
+            return Tensor(data_type, np.empty(shape, dtype=dtype))
+        return RawInput(data_type, shape, 0)  # a count that wrapped to 0
+    data = member_as_array(item, "data", "Unable to parse 'data'")
+    flat = _flatten(data, "" if data_type is DataType.BYTES else "Unable to parse 'data': ")
     if data_type is DataType.BYTES:
-        items = _flatten(data)
-        if len(items) != count:
-            raise InvalidArgumentError(_SHAPE_MISMATCH)
-        out = np.empty(count, dtype=np.object_)
-        try:
-            out[:] = [item.encode("utf-8") for item in items]
-        except AttributeError:
-            raise InvalidArgumentError(
-                "Unable to parse 'data': attempt to access JSON non-string as string"
-            ) from None
-        return out
-    try:
-        array = np.array(data)
-    except ValueError:  # ragged nesting: Triton only counts the elements
-        array = np.array(_flatten(data))
-    if array.size != count:
-        raise InvalidArgumentError(_SHAPE_MISMATCH)
-    if array.dtype.kind in "fO" and _KINDS[data_type] == "iu":
-        # numpy widens a list mixing uint64-only values with small ones to float64;
-        # integers stay exact when converted to the target type directly.
-        items = _flatten(data)
-        if all(type(item) is int for item in items):
-            try:
-                return np.array(items, dtype=data_type.numpy_dtype)
-            except OverflowError:
-                raise InvalidArgumentError(
-                    f"Unable to parse 'data': a value is out of range for input '{name}' "
-                    f"of datatype {data_type}") from None
-    if count and array.dtype.kind not in _KINDS[data_type]:
-        expected = {"b": "boolean", "iu": "integer", "iuf": "number"}[_KINDS[data_type]]
+        values = _read_json_data(name, data_type, flat, len(flat))
+        if len(flat) != count or count != prod(shape):  # Triton's core counts them
+            data = serialize_bytes_tensor(values)
+            return RawInput(data_type, shape, len(data), data)
+        return Tensor(data_type, values.reshape(shape))
+    if data_type is None:
+        raise InvalidArgumentError(f"invalid datatype for input {name}")
+    return Tensor(data_type, _read_json_data(name, data_type, flat, count).reshape(shape))
+
+
+def _read_json_data(name: str, data_type: DataType, flat: list[Any], count: int
+                   ) -> np.ndarray:
+    """``count`` values of JSON ``data`` (its leaves, ``flat``) as a flat array of
+    ``data_type``, read as Triton's ``ReadDataFromJson`` reads them: BYTES from strings
+    only, FP16 and BF16 refused, a value of the wrong JSON kind or a count that is not
+    ``count`` refused."""
+    if data_type is DataType.BYTES:
+        for value in flat:
+            as_string(value, "Unable to parse JSON bytes array")
+        array = np.empty(len(flat), dtype=np.object_)
+        array[:] = [value.encode("utf-8", "surrogateescape") for value in flat]
+        return array
+    if data_type is DataType.FP16 or data_type is DataType.BF16:
         raise InvalidArgumentError(
-            f"Unable to parse 'data': expected {expected} values for input '{name}' of "
-            f"datatype {data_type}")
-    return array.reshape(-1).astype(data_type.numpy_dtype, copy=False)
+            f"receiving {data_type} data via JSON is not supported. Please use the binary "
+            f"data format for input {name}")
+    return _numbers(data_type, flat, count)
 
 
-def _flatten(data: list[Any]) -> list[Any]:
+def _numbers(data_type: DataType, flat: list[Any], count: int) -> np.ndarray:
+    """``count`` JSON values as ``data_type``; Triton's errors for a value of the wrong kind
+    and for a count that is not the shape's (whichever it meets first)."""
+    kind = _KIND[data_type]
+    types = set(map(type, flat))
+    if not flat and not count:
+        return np.empty(0, dtype=data_type.numpy_dtype)
+    if types <= _ACCEPTED[kind] and len(flat) == count:
+        if kind == "bool":
+            return np.array(flat, dtype=np.bool_)
+        if kind == "float":
+            with np.errstate(over="ignore"):  # C's double -> float: inf, as in Triton
+                return np.array(flat, dtype=np.float64).astype(data_type.numpy_dtype)
+        low, high = min(flat), max(flat)
+        if kind == "int" and -_INT64 <= low and high < _INT64:
+            return np.array(flat, dtype=np.int64).astype(data_type.numpy_dtype)
+        if kind == "uint" and low >= 0 and high < 2 * _INT64:
+            return np.array(flat, dtype=np.uint64).astype(data_type.numpy_dtype)
+    check = _CHECKS[kind]
+    for index, value in enumerate(flat):
+        if index >= count:
+            raise InternalError(_SHAPE_MISMATCH)
+        check(value, "Unable to parse 'data'")
+    raise InternalError(_SHAPE_MISMATCH)
+
+
+def _flatten(data: list[Any], context: str) -> list[Any]:
+    """The leaves of nested ``data`` in order. Arrays nested more than _MAX_DEPTH deep are
+    refused, as current Triton refuses them (2.51 read any depth, and a deep enough one
+    exhausted its stack)."""
+    if not any(type(item) is list for item in data):
+        return data
     flat: list[Any] = []
     stack = [iter(data)]
     while stack:
         for item in stack[-1]:
-            if isinstance(item, list):
+            if type(item) is list:
+                if len(stack) >= _MAX_DEPTH:
+                    raise InvalidArgumentError(
+                        f"{context}JSON nesting depth exceeds maximum allowed limit "
+                        f"({_MAX_DEPTH})")
                 stack.append(iter(item))
                 break
             flat.append(item)
@@ -342,42 +338,38 @@ def _flatten(data: list[Any]) -> list[Any]:
     return flat
 
 
-def _decode_outputs(outputs_json: object, shm: SystemSharedMemory) -> dict[str, OutputPlan]:
-    if outputs_json is None:
-        return {}
-    if not isinstance(outputs_json, list):
-        raise InvalidArgumentError(
-            "Unable to parse 'outputs': attempt to access JSON non-array as array")
+def _decode_outputs(outputs_json: list[Any], shm: SystemSharedMemory
+                    ) -> tuple[list[str], dict[str, OutputPlan]]:
+    """The requested output names, in order, and how each goes back."""
+    names: list[str] = []
     plans: dict[str, OutputPlan] = {}
     for item in outputs_json:
-        name = item.get("name") if isinstance(item, dict) else None
-        if not isinstance(name, str):
-            raise InvalidArgumentError("Unable to parse 'name'")
-        plans[name] = _output_plan(name, item.get("parameters") or {}, shm)
-    return plans
-
-
-def _output_plan(name: str, params: object, shm: SystemSharedMemory) -> OutputPlan:
-    if not isinstance(params, dict):
-        raise InvalidArgumentError(f"Unable to parse 'parameters' of output '{name}'")
-    plan = OutputPlan(name)
-    binary = params.get("binary_data", False)
-    if not isinstance(binary, bool):
-        raise InvalidArgumentError("Unable to parse 'binary_data'")
-    classification = params.get("classification", 0)
-    if not is_uint(classification):
-        raise InvalidArgumentError("Unable to set 'classification'")
-    region = params.get("shared_memory_region")
-    if region is not None:
+        params = item.get("parameters") if isinstance(item, dict) else None
+        if not isinstance(params, dict):
+            params = {}
+        if "shared_memory_region" in params:
+            if "classification" in params:
+                raise InvalidArgumentError(
+                    "Output can't set both 'shared_memory_region' and 'classification'")
+            if "binary_data" in params and as_bool(params["binary_data"],
+                                                   "Unable to set 'binary_data'"):
+                raise InvalidArgumentError(
+                    "Output can't set both 'shared_memory_region' and 'binary_data'")
+        name = member_as_string(item, "name", "Unable to parse 'name'")
+        names.append(name)  # a name given twice is the validator's to refuse
+        plan = OutputPlan(name)
         if "classification" in params:
-            raise InvalidArgumentError(
-                "Output can't set both 'shared_memory_region' and 'classification'")
-        if binary:
-            raise InvalidArgumentError(
-                "Output can't set both 'shared_memory_region' and 'binary_data'")
-        region, plan.shm_offset, plan.shm_byte_size = _shared_memory_params(params)
-        plan.shm = shm.region(region)
-        plan.shm.view(plan.shm_offset, plan.shm_byte_size)  # bounds checked up front
-    plan.binary = binary
-    plan.classification = classification
-    return plan
+            plan.classification = as_uint(params["classification"],
+                                          "Unable to set 'classification'")
+        if "shared_memory_region" in params:
+            plan.shm = shm.region(as_string(params["shared_memory_region"],
+                                            "Unable to parse 'shared_memory_region'"))
+            plan.shm_offset = as_uint(params.get("shared_memory_offset", 0),
+                                      "Unable to parse 'shared_memory_offset'")
+            plan.shm_byte_size = as_uint(params.get("shared_memory_byte_size", 0),
+                                         "Unable to parse 'shared_memory_byte_size'")
+            plan.shm.view(plan.shm_offset, plan.shm_byte_size)  # bounds checked up front
+        elif "binary_data" in params:
+            plan.binary = as_bool(params["binary_data"], "Unable to parse 'binary_data'")
+        plans.setdefault(name, plan)
+    return names, plans

@@ -3,7 +3,9 @@
 Each output goes back the way its request asked: as JSON ``data`` (the default), as
 binary data after the JSON header (``binary_data`` / ``binary_data_output``), written
 into a registered shared memory region (the response then carries only its name,
-datatype and shape), or replaced by its top-k classes (``classification``). Large binary
+datatype and shape), or replaced by its top-k classes (``classification``). JSON data is
+written as Triton writes it: floating-point values as doubles in rapidjson's notation
+(NaN and Infinity included), FP16 and BF16 refused. Large binary
 outputs are handed to the transport as views of the output arrays, not copies; small
 ones (under 64 KiB) are copied, which costs less than setting up a view.
 
@@ -23,6 +25,7 @@ from ..response import InferResponse
 from ..tensor import DataType, Tensor, serialize_bytes_tensor
 from .classification import classify
 from .http_decode import DecodedInfer, OutputPlan
+from .http_json import json_double
 
 __all__ = ["ClassificationSource", "EncodedInfer", "encode_infer"]
 
@@ -109,9 +112,26 @@ def _json_data(name: str, tensor: Tensor) -> Any:
             raise InvalidArgumentError(
                 f"output '{name}' holds bytes that are not valid UTF-8 and cannot be sent "
                 "as JSON; request it as binary data ('binary_data': true)") from None
-    if data_type is DataType.BF16:  # JSON numbers; orjson has no bfloat16
-        array = array.astype(np.float32)
+    if data_type is DataType.FP16 or data_type is DataType.BF16:
+        raise InvalidArgumentError(
+            f"sending {data_type} data via JSON is not supported. Please use the binary data "
+            "format for output")
+    if data_type is DataType.FP32 or data_type is DataType.FP64:
+        return _doubles(array)
     return np.ascontiguousarray(array).reshape(-1)
+
+
+def _doubles(array: np.ndarray) -> Any:
+    """Floating-point data as Triton writes it: each value as a double (an FP32 0.1 is
+    0.10000000149011612), in rapidjson's notation. orjson writes the same where its
+    notation agrees (finite, 1e-5 <= |x| < 1e16, or 0); elsewhere (NaN, Infinity,
+    10000000000000000.0, 0.000001) each value is written as rapidjson writes it."""
+    values = np.ascontiguousarray(array, dtype=np.float64).reshape(-1)
+    magnitude = np.abs(values)
+    if (magnitude < 1e16).all() and ((magnitude >= 1e-5) | (magnitude == 0)).all():
+        return values  # NaN fails both tests
+    return orjson.Fragment(b"[" + ",".join(map(json_double, values.tolist())).encode()
+                           + b"]")
 
 
 def _write_shared_memory(plan: OutputPlan, tensor: Tensor) -> None:

@@ -55,7 +55,10 @@ class HeaderPlan:
     outputs: dict[str, OutputPlan]  # no shared memory in them: shared, read-only
     binary_default: bool
 
-    def request(self, model: str, version: int, body: bytes, offset: int) -> InferRequest:
+    def request(self, model: str, version: int, body: bytes, offset: int
+                ) -> InferRequest | None:
+        """The request of ``body``; None when a BYTES input's data does not fit its shape
+        (the full decoding then says what Triton says of it)."""
         size = len(body)
         tensors = {}
         for spec in self.inputs:
@@ -65,7 +68,10 @@ class HeaderPlan:
                     f"unexpected size for input '{spec.name}', expecting {end - size} "
                     f"additional bytes for model '{model}'")
             if spec.data_type is DataType.BYTES:
-                array = _bytes(model, spec, memoryview(body)[offset:end])
+                try:
+                    array = deserialize_bytes_tensor(memoryview(body)[offset:end], spec.count)
+                except InvalidArgumentError:
+                    return None
             else:
                 array = np.frombuffer(body, spec.data_type.numpy_dtype, spec.count, offset)
             tensors[spec.name] = Tensor(spec.data_type, array.reshape(spec.shape))
@@ -77,15 +83,6 @@ class HeaderPlan:
                             requested_outputs=self.requested_outputs,
                             parameters=fields.parameters, priority=fields.priority,
                             timeout_us=fields.timeout_us)
-
-
-def _bytes(model: str, spec: _BinaryInput, data: memoryview) -> np.ndarray:
-    try:
-        return deserialize_bytes_tensor(data, spec.count)
-    except InvalidArgumentError as exc:
-        raise InvalidArgumentError(
-            f"unexpected BYTES data for input '{spec.name}' for model '{model}': "
-            f"{exc.message}") from None
 
 
 class HeaderCache:

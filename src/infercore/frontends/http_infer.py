@@ -7,7 +7,10 @@ coroutine finishes without ever waiting) and otherwise parks on a future that th
 engine resolves; only then does the connection step it on (http_eager, no Task).
 Cancelling it there (the client went away) cancels the request through the stream.
 
-A decoupled model is refused before it runs, as Triton refuses it.
+As in Triton, the model is looked up (a decoupled one refused) and the headers read before
+the body, and those errors are answered ``text/plain``; errors found in the body or by the
+model's validator are ``application/json``; errors of the answer itself (the model
+failed, an output cannot be sent) are ``text/plain`` again, as Triton sends them.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ import logging
 import re
 from typing import Any
 
-from ..errors import InternalError, NotFoundError, TritonError, UnsupportedError
+from ..errors import InternalError, TritonError, UnsupportedError
 from ..response import InferResponse
 from ..server import Server
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
-from .http_decode import DecodedInfer, decode_infer, decode_raw_infer, parse_header_length
+from .http_decode import DecodedInfer, decode_infer, parse_header_length, raw_infer
 from .http_encode import encode_infer
 from .http_header_cache import HeaderCache
 from .http_messages import (
@@ -31,7 +34,7 @@ from .http_messages import (
     decompress,
     error_response,
 )
-from .kserve import InputByteSizeError, as_triton_error
+from .kserve import as_triton_error
 from .shm import SystemSharedMemory
 
 __all__ = ["InferHandler"]
@@ -39,10 +42,9 @@ __all__ = ["InferHandler"]
 logger = logging.getLogger(__name__)
 
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
-_ACCEPT_ENCODING_HINT = b"accept-encoding: gzip, deflate\r\n"
-# Triton declares JSON only once a response is written: the error of a request that ran
-# (the model's, or an output its region cannot hold) goes out as text/plain.
+_UNSUPPORTED_ENCODING = "Unsupported compression type"
 _TEXT = b"text/plain"
+_ACCEPT_ENCODING_HINT = b"accept-encoding: gzip, deflate\r\n"
 _CONTENT_ENCODING = {"gzip": b"content-encoding: gzip\r\n",
                      "deflate": b"content-encoding: deflate\r\n"}
 
@@ -60,19 +62,32 @@ class InferHandler:
         self._headers = HeaderCache()
 
     async def infer(self, request: HttpRequest, model: str, version: int) -> HttpResponse:
-        try:
-            decoded = self._decode(request, model, version)
-        except TritonError as exc:
-            return self._decode_failure(exc, model, version)
-        except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
-            return error_response(as_triton_error(exc))
-        try:
-            handle = self._server.model(model, version)
-            if handle.decoupled:  # refused before it runs, as Triton does
+        try:  # what Triton checks before it declares a JSON answer: errors are text/plain
+            if self._server.model(model, version).decoupled:
                 raise UnsupportedError(_DECOUPLED)
+            body = request.body
+            encoding = request.headers.get(b"content-encoding")
+            if encoding is not None:
+                body = decompress(body, encoding, self._max_input_size)
+            header_length = parse_header_length(
+                request.headers.get(b"inference-header-content-length"), len(body))
+        except TritonError as exc:
+            response = error_response(exc, content_type=_TEXT)
+            if isinstance(exc, UnsupportedError) and exc.message == _UNSUPPORTED_ENCODING:
+                response.extra_headers = _ACCEPT_ENCODING_HINT
+            return response
+        except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
+            return error_response(as_triton_error(exc), content_type=_TEXT)
+        try:
+            decoded = self._decode(request, model, version, body, header_length)
             # consume_now: awaited right below, so no instance thread is woken in vain
             stream = self._server.infer(decoded.request, raise_on_error=False,
                                         consume_now=True)
+        except TritonError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001
+            return error_response(as_triton_error(exc))
+        try:  # the answer's own errors: Triton sends them without a content type
             # a thread of ours answers: the loop must leave it the GIL meanwhile
             held = hold_while_a_thread_answers(self._busy_poll, stream)
             try:
@@ -85,27 +100,19 @@ class InferHandler:
                 raise UnsupportedError(_DECOUPLED)
             if response.error is not None:
                 return error_response(response.error, content_type=_TEXT)
-            try:
-                return self._reply(request, response, decoded)
-            except TritonError as exc:  # e.g. an output larger than its region
-                return error_response(exc, content_type=_TEXT)
+            return self._reply(request, response, decoded)
         except StopAsyncIteration:
-            return error_response(InternalError("expected a single response, got 0"))
+            return error_response(InternalError("expected a single response, got 0"),
+                                  content_type=_TEXT)
         except TritonError as exc:
-            return error_response(exc)
+            return error_response(exc, content_type=_TEXT)
         except Exception as exc:  # noqa: BLE001
-            return error_response(as_triton_error(exc))
+            return error_response(as_triton_error(exc), content_type=_TEXT)
 
-    def _decode(self, request: HttpRequest, model: str, version: int) -> DecodedInfer:
-        body = request.body
-        encoding = request.headers.get(b"content-encoding")
-        if encoding is not None:
-            body = decompress(body, encoding, self._max_input_size)
-        header_length = parse_header_length(
-            request.headers.get(b"inference-header-content-length"), len(body))
+    def _decode(self, request: HttpRequest, model: str, version: int, body: bytes,
+                header_length: int | None) -> DecodedInfer:
         if header_length == 0 or (header_length is None and not body):
-            inputs = self._server.model(model, version).metadata()["inputs"]
-            decoded = decode_raw_infer(model, version, body, inputs)
+            decoded = raw_infer(model, version, body)
         else:
             decoded = decode_infer(model, version, body, header_length, self._shm,
                                    self._headers)
@@ -116,22 +123,6 @@ class InferHandler:
                 if self._forward.search(key):
                     parameters[key] = value.decode("latin-1")
         return decoded
-
-    def _decode_failure(self, exc: TritonError, model: str, version: int) -> HttpResponse:
-        # Triton looks the model up before it reads the body: an unknown model is a 404
-        # whatever the body holds. The lookup is only paid on this error path.
-        if not isinstance(exc, NotFoundError) and not self._server.model(model, version).ready():
-            try:
-                self._server.model(model, version).metadata()
-            except TritonError as lookup:
-                exc = lookup
-        if isinstance(exc, InputByteSizeError):  # Triton compares the datatype first
-            exc = exc.answer(self._server.model(model, version).metadata()["inputs"])
-        response = error_response(exc)
-        if isinstance(exc, UnsupportedError) and exc.message == "Unsupported compression type":
-            response.extra_headers = _ACCEPT_ENCODING_HINT
-            response.content_type = b"text/plain"  # refused before the JSON content type
-        return response
 
     def _reply(self, request: HttpRequest, response: InferResponse,
                decoded: DecodedInfer) -> HttpResponse:

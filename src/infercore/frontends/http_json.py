@@ -16,6 +16,11 @@ The C scanner of the ``json`` module reads well-formed bodies; only when it refu
 does ``_Reader``, a byte-by-byte transcription of rapidjson's reader, say what rapidjson
 makes of it (a value after all, or which error at which offset). Runs on the caller's
 thread; nothing here is shared.
+
+The ``as_*`` / ``member_*`` accessors read one field of a parsed document as TritonJson's
+accessors do, failing with their INTERNAL errors ("attempt to access JSON non-<kind> as
+<kind>", prefixed by what was being read: "Unable to parse 'shape': ..."); they take
+plain dicts (``plain``), the form the infer endpoint's decoder reads.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from typing import Any
 
 from ..errors import InternalError
 
-__all__ = ["JsonObject", "json_double", "json_string", "parse_json", "utf8"]
+__all__ = ["JsonObject", "as_bool", "as_double", "as_int", "as_string", "as_uint", "is_int64",
+           "is_uint64", "json_double", "json_string", "member_as_array", "member_as_string",
+           "members", "parse_json", "plain", "utf8"]
 
 _INT64_MIN = -(1 << 63)
 _UINT64_MAX = (1 << 64) - 1
@@ -505,3 +512,90 @@ def json_string(data: bytes) -> bytes:
     """``data`` as rapidjson's Writer writes a string: quoted, control characters escaped
     (upper-case hex), every other byte as it is, valid UTF-8 or not."""
     return b'"' + b"".join(_ESCAPED[c] for c in data) + b'"'
+
+
+# -- TritonJson's accessors, over plain values ------------------------------------------------
+_NOT_STRING = "attempt to access JSON non-string as string"
+_NOT_BOOL = "attempt to access JSON non-boolean as boolean"
+_NOT_INT = "attempt to access JSON non-signed-integer as signed-integer"
+_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NOT_NUMBER = "attempt to access JSON non-number as double"
+_NOT_ARRAY = "attempt to access JSON non-array as array"
+
+
+def plain(value: Any) -> Any:
+    """``value`` with each JsonObject a dict of its first members (rapidjson's Find)."""
+    if isinstance(value, JsonObject):
+        out: dict[str, Any] = {}
+        for key, item in value.members:
+            if key not in out:
+                out[key] = plain(item)
+        return out
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def _failed(context: str, message: str) -> InternalError:
+    return InternalError(f"{context}: {message}")
+
+
+def is_int64(value: object) -> bool:
+    return type(value) is int and _INT64_MIN <= value < -_INT64_MIN
+
+
+def is_uint64(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _UINT64_MAX
+
+
+def as_string(value: object, context: str) -> str:
+    if not isinstance(value, str):
+        raise _failed(context, _NOT_STRING)
+    return value
+
+
+def as_bool(value: object, context: str) -> bool:
+    if not isinstance(value, bool):
+        raise _failed(context, _NOT_BOOL)
+    return value
+
+
+def as_int(value: object, context: str) -> int:
+    if not is_int64(value):
+        raise _failed(context, _NOT_INT)
+    return value  # type: ignore[return-value]
+
+
+def as_uint(value: object, context: str) -> int:
+    if not is_uint64(value):
+        raise _failed(context, _NOT_UINT)
+    return value  # type: ignore[return-value]
+
+
+def as_double(value: object, context: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _failed(context, _NOT_NUMBER)
+    return float(value)
+
+
+def _member(document: object, key: str, context: str) -> Any:
+    if not isinstance(document, dict) or key not in document:
+        raise _failed(context, f"attempt to access non-existing object member '{key}'")
+    return document[key]
+
+
+def member_as_array(document: object, key: str, context: str) -> list[Any]:
+    value = _member(document, key, context)
+    if not isinstance(value, list):
+        raise _failed(context, _NOT_ARRAY)
+    return value
+
+
+def member_as_string(document: object, key: str, context: str) -> str:
+    return as_string(_member(document, key, context), context)
+
+
+def members(document: object, context: str) -> list[str]:
+    if not isinstance(document, dict):
+        raise _failed(context, "attempt to get members for non-object")
+    return list(document)

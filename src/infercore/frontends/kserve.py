@@ -8,16 +8,12 @@ UNIMPLEMENTED, and UNKNOWN, INVALID_ARG, ALREADY_EXISTS, CANCELLED -> 400 over H
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import grpc
 
-from ..errors import ErrorCode, InternalError, InvalidArgumentError, TritonError
-from ..request import request_label
-from ..validation import datatype_mismatch
+from ..errors import ErrorCode, InternalError, TritonError
 
-__all__ = ["InputByteSizeError", "as_triton_error", "grpc_status", "http_status"]
+__all__ = ["as_triton_error", "grpc_status", "http_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,31 +54,3 @@ def http_status(error: TritonError) -> int:
 
 def grpc_status(error: TritonError) -> grpc.StatusCode:
     return _GRPC_STATUS.get(error.code, grpc.StatusCode.UNKNOWN)
-
-
-class InputByteSizeError(InvalidArgumentError):
-    """An input's bytes (binary, raw or in shared memory) do not hold its shape in its
-    datatype. The decoders find it; Triton's core finds it later, once it has compared
-    the datatype with the model's, and labels it with the request's id: ``answer``."""
-
-    def __init__(self, name: str, data_type: str, model: str, expected: int, got: int,
-                 request_id: str = "") -> None:
-        super().__init__(f"{request_label(request_id)}input byte size mismatch for input "
-                         f"'{name}' for model '{model}'. Expected {expected}, got {got}")
-        self.details = (name, data_type, model, expected, got)
-        self.request_id = request_id
-
-    def of_request(self, request_id: str) -> InputByteSizeError:
-        """This error, labelled with ``request_id``."""
-        return InputByteSizeError(*self.details, request_id=request_id)
-
-    def answer(self, model_inputs: Sequence[Mapping[str, Any]]) -> InvalidArgumentError:
-        """What Triton answers: the datatype mismatch when the model's input (from its
-        metadata) has another datatype, else this error."""
-        name, data_type, model, _, _ = self.details
-        for spec in model_inputs:
-            if spec.get("name") == name and spec.get("datatype") != data_type:
-                return InvalidArgumentError(datatype_mismatch(
-                    request_label(self.request_id), name, data_type, model,
-                    str(spec.get("datatype"))))
-        return self

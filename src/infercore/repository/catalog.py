@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from threading import Lock
 from typing import Any
 
-from ..errors import InvalidArgumentError, NotFoundError, TritonError
+from ..errors import InvalidArgumentError, NotFoundError, TritonError, UnavailableError
 from ..model import LoadedModel
 from ..request import InferRequest
 from ..response import ResponseStream
@@ -51,10 +51,14 @@ def scoped_infer(infer: Callable[..., ResponseStream], namespace: str
 class ModelCatalog:
     """The loaded versions of every model, and the lookups requests make."""
 
-    __slots__ = ("_known", "_live", "_lock", "_models", "_namespacing")
+    __slots__ = ("_known", "_live", "_lock", "_models", "_namespacing", "_not_ready")
 
-    def __init__(self, namespacing: bool = False) -> None:
+    def __init__(self, namespacing: bool = False,
+                 not_ready: Callable[[str, int], bool] | None = None) -> None:
         self._namespacing = namespacing
+        # whether a version was tried and is not ready (a failed load): asked only on the
+        # error path of a lookup naming that version
+        self._not_ready = not_ready
         self._lock = Lock()
         self._models: dict[ModelKey, dict[int, LoadedModel]] = {}
         self._live: dict[str, dict[int, LoadedModel]] = {}  # names with one loaded model
@@ -71,6 +75,8 @@ class ModelCatalog:
 
         Raises:
             NotFoundError: no such model or version is ready (any name: none is checked).
+            UnavailableError: the version named was tried and is not ready (Triton: "is
+                not at ready state", 503).
             InvalidArgumentError: with model namespacing, the name names models of
                 several repositories.
         """
@@ -83,10 +89,13 @@ class ModelCatalog:
             found = versions.get(version)
             if found is not None:
                 return found
-            raise NotFoundError(
-                f"Request for unknown model: '{name}' version {version} is not found"
-            )
-        raise self._lookup_error(name)
+        elif version < 0 or name not in self._known:
+            raise self._lookup_error(name)
+        if self._not_ready is not None and self._not_ready(name, version):
+            raise UnavailableError(
+                f"Request for unknown model: '{name}' version {version} is not at ready state")
+        raise NotFoundError(
+            f"Request for unknown model: '{name}' version {version} is not found")
 
     def _scoped(self, name: str, versions: dict[int, LoadedModel] | None
                 ) -> dict[int, LoadedModel] | None:

@@ -132,7 +132,7 @@ class RepositoryManager:
             retry_count=load_retry_count)
         self._control = RLock()
         self._lock = Lock()
-        self._catalog = ModelCatalog(namespacing)
+        self._catalog = ModelCatalog(namespacing, self._tried_not_ready)
         # The lookups every request makes go straight to the catalog (no extra call).
         self.get = self._catalog.get
         self.ready_versions = self._catalog.ready_versions
@@ -519,6 +519,10 @@ class RepositoryManager:
         if override is not None:
             override.remove()
         return summary
+
+    def _tried_not_ready(self, name: str, version: int) -> bool:
+        state, _ = self.states.get(name, version)
+        return state not in (ModelState.UNKNOWN, ModelState.READY)
 
     def _infer_from(self, namespace: str) -> Callable[..., ResponseStream] | None:
         """The infer function a model's BLS calls and ensemble steps use."""

@@ -83,6 +83,35 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
     return Model(model.name, model.config, {**model.files, "labels.txt": _LABELS})
 
 
+_DLPACK_PY = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor.from_dlpack("OUTPUT0", value.to_dlpack())]))
+        return responses
+'''
+
+
+def _identity_bf16() -> Model:
+    """BF16 [-1] echoed through DLPack, the way Triton's Python backend takes BF16 (its
+    ``as_numpy`` refuses the datatype)."""
+    config = '''
+name: "id_bf16"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_BF16 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_BF16 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+'''
+    return python_model("id_bf16", config, _DLPACK_PY)
+
+
 _BROKEN_PY = '''
 class TritonPythonModel:
     def initialize(self, args):
@@ -156,6 +185,11 @@ def one(datatype: str, data: Any, shape: list[int] | None = None, **extra: Any
 
 
 GOOD_TYPES = post("types", one("INT32", [1, 2, 3]))
+_NESTING = ("server PR #8172 (src/http_server.cc, 2025-04, 'Add HTTP JSON parsing recursion "
+            "depth limit'; qa/L0_http/http_test.py test_json_recursion_depth_limit): arrays in "
+            "'data' nested deeper than 100 are refused ('JSON nesting depth exceeds maximum "
+            "allowed limit (100)'; depth 50 passes, 120 fails); 2.51 reads any depth. The full "
+            "text and status are not in the sources at hand: status and type are held")
 
 
 def _nested(depth: int, value: Any) -> list[Any]:
@@ -169,7 +203,8 @@ def _nested(depth: int, value: Any) -> list[Any]:
 _JSON: list[Case] = [
     Case("http_infer_simple_flat", [GOOD_SIMPLE]),
     Case("http_infer_simple_nested",
-         [post("simple", {"inputs": [simple_input("INPUT0", [_A]), simple_input("INPUT1", [_B])]})]),
+         [post("simple", {"inputs": [simple_input("INPUT0", [_A]),
+                                     simple_input("INPUT1", [_B])]})]),
     Case("http_infer_simple_nested_ragged",
          [post("simple", {"inputs": [simple_input("INPUT0", [[0, 1, 2], [3, 4, 5, 6, 7],
                                                               [[8], [9, 10]], 11, 12, 13, 14,
@@ -345,6 +380,18 @@ _JSON += [
     Case("http_infer_json_nested_50", [post("types", one("INT32", _nested(50, 7), shape=[1]))]),
     Case("http_infer_json_bytes_nested_50",
          [post("types", one("BYTES", _nested(50, "hello"), shape=[1]))]),
+    Case("http_infer_json_nested_120", [post("types", one("INT32", _nested(120, 7), shape=[1])),
+                                        GOOD_TYPES],
+         newer=_NESTING, expect=[{"status": 400, "headers": {"content-type": "application/json"}},
+                                 None]),
+    Case("http_infer_json_bytes_nested_120",
+         [post("types", one("BYTES", _nested(120, "hello"), shape=[1])), GOOD_TYPES],
+         newer=_NESTING, expect=[{"status": 400, "headers": {"content-type": "application/json"}},
+                                 None]),
+    Case("http_infer_json_fp32_inexact", [post("types", one("FP32", [0.1, 3.3, 1e-6]))],
+         note="FP32 values go back as doubles: 0.1 is 0.10000000149011612"),
+    Case("http_infer_json_fp64_notation", [post("types", one(
+        "FP64", [1e16, 1.2345678901234567e17, 1e21, 1e22, 1e-6, 1e-7, 123.5, -0.0]))]),
     # the body as a whole
     Case("http_infer_invalid_json", [post("simple", body='{"inputs": ['), GOOD_SIMPLE]),
     Case("http_infer_invalid_json_trailing", [post("simple", body='{"inputs": []} x'),
@@ -365,6 +412,43 @@ _JSON += [
         simple_input("INPUT0"), simple_input("INPUT1"), simple_input("INPUT2")]}), GOOD_SIMPLE]),
     Case("http_infer_duplicate_input", [post("simple", {"inputs": [
         simple_input("INPUT0"), simple_input("INPUT0"), simple_input("INPUT1")]}), GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_missing_colon", [post("simple", body='{"inputs" []}'),
+                                                   GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_object_trailing_comma",
+         [post("simple", body='{"inputs": [],}'), GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_array_trailing_comma",
+         [post("simple", body='{"inputs": [1,]}'), GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_missing_comma", [post("simple", body='{"inputs": [1 2]}'),
+                                                   GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_bad_escape", [post("simple", body='{"id": "a\\qb"}'),
+                                                GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_bad_unicode", [post("simple", body='{"id": "\\u12g4"}'),
+                                                 GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_lone_surrogate", [post("simple", body='{"id": "\\ud800x"}'),
+                                                    GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_fraction", [post("simple", body='{"inputs": [1.]}'),
+                                              GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_exponent", [post("simple", body='{"inputs": [1e]}'),
+                                              GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_number_too_big",
+         [post("simple", body='{"inputs": [1e999]}'), GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_control_char",
+         [post("simple", body='{"id": "a\tb"}'), GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_single_quotes", [post("simple", body="{'inputs': []}"),
+                                                   GOOD_SIMPLE]),
+    Case("http_infer_invalid_json_bare_word", [post("simple", body='{"inputs": nope}'),
+                                               GOOD_SIMPLE]),
+    Case("http_infer_unknown_input_in_count", [post("simple", {"inputs": [
+        simple_input("INPUT0"), simple_input("INPUTX")]}), GOOD_SIMPLE]),
+    Case("http_infer_types_every_input_and_one_more", [post("types", {"inputs": [
+        {"name": f"IN_{t}", "datatype": t, "shape": [0], "data": []} for t in _TYPES] + [
+        {"name": "IN_X", "datatype": "INT32", "shape": [0], "data": []}]}), GOOD_TYPES],
+         note="the names come back in the order of Triton's std::unordered_map"),
+    Case("http_infer_id_with_error", [post("simple", {"id": "req-9", "inputs": [
+        simple_input("INPUT0")]}), GOOD_SIMPLE]),
+    Case("http_infer_two_inputs_wrong", [post("simple", {"inputs": [
+        simple_input("INPUT0", datatype="FP32"), simple_input("INPUT1", datatype="INT64")]}),
+        GOOD_SIMPLE]),
     # request id
     Case("http_infer_id_echoed", [post("simple", simple_body(id="my-request-7"))]),
     Case("http_infer_id_empty", [post("simple", simple_body(id=""))]),
@@ -377,7 +461,16 @@ _JSON += [
     Case("http_infer_output_unknown", [post("simple", simple_body(
         outputs=[{"name": "OUTPUT9"}])), GOOD_SIMPLE]),
     Case("http_infer_output_duplicate", [post("simple", simple_body(
-        outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}])), GOOD_SIMPLE]),
+        outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}])), GOOD_SIMPLE],
+         newer="core PR #493 (src/infer_request.cc, 2026-04, 'Validate and reject duplicate "
+               "output names in inference requests') and server PR #8741 (its HTTP and gRPC "
+               "tests): a request naming an output twice is refused; 2.51 answered it once. "
+               "The refusal's text is not in the sources at hand: only status and type are "
+               "held", expect=[{"status": 400, "headers": {"content-type": "application/json"}},
+                               None]),
+    Case("http_infer_output_two_unknown", [post("simple", simple_body(
+        outputs=[{"name": "OUTPUTZ"}, {"name": "OUTPUTA"}])), GOOD_SIMPLE],
+         note="Triton keeps the requested names in a std::set: the first in sorted order"),
     Case("http_infer_output_no_name", [post("simple", simple_body(outputs=[{}])), GOOD_SIMPLE]),
     Case("http_infer_output_name_not_string", [post("simple", simple_body(
         outputs=[{"name": 0}])), GOOD_SIMPLE]),
@@ -422,6 +515,10 @@ _JSON += [
         parameters={"binary_data_output": 1})), GOOD_SIMPLE]),
     Case("http_infer_param_custom", [post("simple", simple_body(
         parameters={"color": "blue", "count": 3, "flag": True}))]),
+    Case("http_infer_param_custom_float", [post("simple", simple_body(
+        parameters={"ratio": 1.5}))]),
+    Case("http_infer_param_custom_big_int", [post("simple", simple_body(
+        parameters={"big": 18446744073709551615}))]),
     Case("http_infer_param_custom_object", [post("simple", simple_body(
         parameters={"color": {"r": 1}})), GOOD_SIMPLE]),
     Case("http_infer_param_custom_array", [post("simple", simple_body(
@@ -453,6 +550,7 @@ _BINARY_OUT = [{"name": "OUTPUT0", "parameters": {"binary_data": True}},
 
 _FP16 = np.array([1.0, -2.5, 65504.0], dtype=np.float16)
 _STRINGS = np.array([b"abc", b"", b"xyz!"], dtype=np.object_)
+_STRINGS_SIZE = len(raw_tensor(_STRINGS))
 
 _BINARY: list[Case] = [
     Case("http_infer_binary_inputs", [GOOD_BINARY]),
@@ -552,34 +650,51 @@ _BINARY: list[Case] = [
     Case("http_infer_binary_bytes",
          [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [3], "parameters": {
-                                                   "binary_data_size": len(raw_tensor(_STRINGS))}}],
+                                                   "binary_data_size": _STRINGS_SIZE}}],
                                    "outputs": [{"name": "OUTPUT0",
                                                 "parameters": {"binary_data": True}}]},
                       raw_tensor(_STRINGS))]),
     Case("http_infer_binary_bytes_json_output",
          [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [3], "parameters": {
-                                                   "binary_data_size": len(raw_tensor(_STRINGS))}}]},
+                                                   "binary_data_size": _STRINGS_SIZE}}]},
                       raw_tensor(_STRINGS))]),
     Case("http_infer_binary_bytes_bad_length",
-         [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
+         departure="infercore reads BYTES input data in its HTTP frontend, before the model "
+                   "runs, so an element cut short is refused there, as a request error "
+                   "(application/json); Triton's core lets it pass and its Python backend "
+                   "refuses it while reading the input, as an error of the answer "
+                   "(text/plain). Status and text are Triton's",
+         expect=[{"status": 400, "headers": {"content-type": "application/json"},
+                  "body": {"error": "incomplete string data for inference input 'INPUT0', "
+                                    "expecting string of length 9 but only 3 bytes available"}},
+                 None],
+         steps=[binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [1], "parameters": {
                                                    "binary_data_size": 7}}]},
                       b"\x09\0\0\0abc"),
           binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [3], "parameters": {
-                                                   "binary_data_size": len(raw_tensor(_STRINGS))}}]},
+                                                   "binary_data_size": _STRINGS_SIZE}}]},
                       raw_tensor(_STRINGS))]),
     Case("http_infer_binary_bytes_too_few_elements",
          [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [4], "parameters": {
-                                                   "binary_data_size": len(raw_tensor(_STRINGS))}}]},
+                                                   "binary_data_size": _STRINGS_SIZE}}]},
                       raw_tensor(_STRINGS))]),
     Case("http_infer_binary_bytes_too_many_elements",
          [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [2], "parameters": {
-                                                   "binary_data_size": len(raw_tensor(_STRINGS))}}]},
+                                                   "binary_data_size": _STRINGS_SIZE}}]},
                       raw_tensor(_STRINGS))]),
+    Case("http_infer_binary_bytes_twice_too_many",
+         [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
+                                               "shape": [2], "parameters": {
+                                                   "binary_data_size": 20}}]},
+                      raw_tensor(np.array([b"a", b"b", b"c", b"d"], dtype=np.object_)))]),
+    Case("http_infer_binary_two_sizes_wrong",
+         [binary_post("simple", {"inputs": [_bin_input("INPUT0", 60), _bin_input("INPUT1", 60)]},
+                      _A_BYTES[:60], _B_BYTES[:60]), GOOD_BINARY]),
     Case("http_infer_binary_bytes_truncated_prefix",
          [binary_post("id_bytes", {"inputs": [{"name": "INPUT0", "datatype": "BYTES",
                                                "shape": [1], "parameters": {
@@ -702,7 +817,7 @@ SUITES = [
     Suite("http_infer_binary", "infer",
           models=[add_sub(),
                   identity("id_fp16", datatype="TYPE_FP16"),
-                  identity("id_bf16", datatype="TYPE_BF16"),
+                  _identity_bf16(),
                   identity("id_bytes", datatype="TYPE_STRING"),
                   identity("id_bytes_one", datatype="TYPE_STRING", dims="[ 1 ]"),
                   identity("raw_fixed", dims="[ 4 ]"),
