@@ -11,7 +11,18 @@ import struct
 import pytest
 
 from infercore import InternalError
-from infercore.frontends.http_json import JsonObject, json_double, json_string, parse_json
+from infercore.frontends.http_json import (
+    JsonObject,
+    as_bool,
+    as_double,
+    as_int,
+    as_uint,
+    json_double,
+    json_string,
+    member_as_array,
+    parse_json,
+    plain,
+)
 
 
 @pytest.mark.parametrize("body, message", [
@@ -71,3 +82,28 @@ def test_written_doubles_read_back_to_the_same_value():
 
 def test_strings_are_written_byte_for_byte_with_control_characters_escaped():
     assert json_string(b'a"\\\n\x1f\xff') == b'"a\\"\\\\\\n\\u001F\xff"'
+
+
+def test_a_nul_byte_ends_the_body_as_it_ends_rapidjsons_stream():
+    document = parse_json(b'{"a": [1]}\0\x01binary')
+    assert isinstance(document, JsonObject) and document.first("a") == [1]
+    with pytest.raises(InternalError, match="Missing a closing quotation mark in string. at 8"):
+        parse_json(b'{"a": "x\0y"}')
+
+
+def test_the_accessors_fail_as_tritonjsons_do():
+    assert plain(parse_json(b'{"a": 1, "a": 2, "b": [{"c": 3}]}')) == {"a": 1,
+                                                                         "b": [{"c": 3}]}
+    with pytest.raises(InternalError, match="^Unable to parse 'x': attempt to access JSON "
+                                            "non-unsigned-integer as unsigned-integer$"):
+        as_uint(-1, "Unable to parse 'x'")
+    with pytest.raises(InternalError, match="attempt to access JSON non-signed-integer"):
+        as_int(1 << 63, "x")
+    with pytest.raises(InternalError, match="attempt to access JSON non-boolean as boolean"):
+        as_bool(1, "x")
+    with pytest.raises(InternalError, match="attempt to access JSON non-number as double"):
+        as_double(True, "x")
+    with pytest.raises(InternalError, match="non-existing object member 'shape'"):
+        member_as_array({}, "shape", "x")
+    with pytest.raises(InternalError, match="attempt to access JSON non-array as array"):
+        member_as_array({"shape": 1}, "shape", "x")

@@ -11,6 +11,7 @@ What differs from a plain ``json.loads`` and matters to clients:
   back decoded with ``surrogateescape`` so that ``utf8(text)`` restores the exact bytes.
 - A body that does not parse is refused with rapidjson's message and byte offset, as
   Triton words it: ``failed to parse the request JSON buffer: Invalid value. at 15``.
+  A NUL byte ends the body, as it ends rapidjson's input stream.
 
 The C scanner of the ``json`` module reads well-formed bodies; only when it refuses one
 does ``_Reader``, a byte-by-byte transcription of rapidjson's reader, say what rapidjson
@@ -101,7 +102,11 @@ class _Refer(Exception):
 
 def parse_json(body: bytes) -> Any:
     """The document in ``body``; InternalError with Triton's text when it does not parse
-    (TritonJson reports parse errors as INTERNAL)."""
+    (TritonJson reports parse errors as INTERNAL). A NUL byte ends the input, as it ends
+    rapidjson's memory stream (a binary body sent without its header length parses)."""
+    end = body.find(b"\0")
+    if end >= 0:
+        body = body[:end]
     try:
         if body.startswith(b"\xef") or _SURROGATE_ESCAPE.search(body):
             raise _Refer  # a BOM is skipped; surrogates are rapidjson's to judge

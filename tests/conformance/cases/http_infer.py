@@ -807,14 +807,14 @@ _STATUS: list[Case] = [
 ]
 
 SUITES = [
-    Suite("http_infer_json", "infer",
+    Suite("http_infer_json", "http_infer",
           models=[add_sub(), _all_types(),
                   identity("id_fixed", datatype="TYPE_INT32", dims="[ 2, 3 ]"),
                   identity("id_batch", datatype="TYPE_INT32", dims="[ -1, 2 ]",
                            max_batch_size=4),
                   identity("id_two_var", dims="[ -1, -1 ]")],
           cases=_JSON),
-    Suite("http_infer_binary", "infer",
+    Suite("http_infer_binary", "http_infer",
           models=[add_sub(),
                   identity("id_fp16", datatype="TYPE_FP16"),
                   _identity_bf16(),
@@ -825,7 +825,7 @@ SUITES = [
                   identity("raw_two_var", dims="[ -1, -1 ]"),
                   identity("raw_batch", datatype="TYPE_INT32", dims="[ 2 ]", max_batch_size=4)],
           cases=_BINARY),
-    Suite("http_infer_status", "infer",
+    Suite("http_infer_status", "http_infer",
           models=[add_sub(),
                   add_sub("simple_versions", versions=(1, 2, 3),
                           extra="version_policy: { specific: { versions: [ 1, 3 ] } }"),
