@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .case import Model
 
-__all__ = ["add_sub", "decoupled_repeat", "identity", "python_model"]
+__all__ = ["add_sub", "broken", "decoupled_repeat", "identity", "python_model"]
 
 
 def python_model(name: str, config: str, model_py: str, versions: tuple[int, ...] = (1,)
@@ -135,3 +135,25 @@ output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 '''
     return python_model(name, config, REPEAT_PY)
+
+
+BROKEN_PY = '''
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("this model never loads")
+
+    def execute(self, requests):
+        return []
+'''
+
+
+def broken(name: str = "broken") -> Model:
+    """A model whose initialize raises: it fails to load, with the model's own reason."""
+    config = f'''
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+'''
+    return python_model(name, config, BROKEN_PY)

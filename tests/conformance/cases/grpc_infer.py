@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..case import Case, Grpc, GrpcStream, Suite, b64, raw_tensor
-from ..models import IDENTITY_PY, add_sub, decoupled_repeat, identity, python_model
+from ..models import IDENTITY_PY, add_sub, broken, decoupled_repeat, identity, python_model
 
 # -- models ----------------------------------------------------------------------------------
 # One identity model with an optional [-1] input per datatype: IN_<T> -> OUT_<T>.
@@ -107,22 +107,7 @@ output [
 instance_group [ { count: 1 kind: KIND_CPU } ]
 ''', IDENTITY_PY)
 
-_BROKEN_PY = '''
-class TritonPythonModel:
-    def initialize(self, args):
-        raise RuntimeError("this model never loads")
-
-    def execute(self, requests):
-        return []
-'''
-
-_BROKEN = python_model("broken_infer", '''
-name: "broken_infer"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-''', _BROKEN_PY)
+_BROKEN = broken("broken_infer")
 
 _MODELS = [
     add_sub(),

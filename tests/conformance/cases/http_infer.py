@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..case import Case, Http, Model, Suite, binary_body, raw_tensor
-from ..models import IDENTITY_PY, add_sub, decoupled_repeat, identity, python_model
+from ..models import IDENTITY_PY, add_sub, broken, decoupled_repeat, identity, python_model
 
 # -- models ------------------------------------------------------------------------------
 _TYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -112,22 +112,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
     return python_model("id_bf16", config, _DLPACK_PY)
 
 
-_BROKEN_PY = '''
-class TritonPythonModel:
-    def initialize(self, args):
-        raise RuntimeError("this model never loads")
-
-    def execute(self, requests):
-        return []
-'''
-
-_BROKEN = python_model("broken", '''
-name: "broken"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-''', _BROKEN_PY)
+_BROKEN = broken()
 
 
 # -- request builders ----------------------------------------------------------------------

@@ -3,24 +3,9 @@
 from __future__ import annotations
 
 from ..case import Case, Grpc, Http, Model, Suite
-from ..models import add_sub, decoupled_repeat, identity, python_model
+from ..models import add_sub, broken, decoupled_repeat, identity
 
-_BROKEN_PY = '''
-class TritonPythonModel:
-    def initialize(self, args):
-        raise RuntimeError("this model never loads")
-
-    def execute(self, requests):
-        return []
-'''
-
-_BROKEN = python_model("broken", '''
-name: "broken"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-''', _BROKEN_PY)
+_BROKEN = broken()
 
 _ENSEMBLE = Model("ensemble_simple", '''
 name: "ensemble_simple"
