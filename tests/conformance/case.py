@@ -158,7 +158,9 @@ class Suite:
     """One server run. ``startup=True``: the server is expected to stop by itself (a bad
     command line, a repository that fails with --exit-on-error); its answer is the exit
     status and the error line, and ``cases`` must be empty. ``ports=False``: the suite's
-    flags set the ports and addresses themselves (``{http_port}`` ... placeholders).
+    flags set the ports and addresses themselves (``{http_port}`` ... placeholders);
+    ``wait_ports`` then names the placeholders of the ports the cases need listening
+    before they start (a server may open one port a moment after another).
     ``infercore_flags`` go to infercore alone, after ``flags``: flags current Triton has
     and Triton 2.51 refuses as unknown (``--allow-client-shm=true`` for the suites that use
     shared memory), so both servers are asked for the same behaviour."""
@@ -171,6 +173,7 @@ class Suite:
     infercore_flags: Sequence[str] = ()
     startup: bool = False
     ports: bool = True
+    wait_ports: Sequence[str] = ()
     wait_ready: bool = True
     startup_note: str = ""
     startup_newer: str | None = None

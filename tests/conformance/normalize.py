@@ -40,6 +40,9 @@ _DURATION_KEYS = re.compile(r"(^|_)ns$")
 _PROGRAM = re.compile(r"^(\S*tritonserver|infercore serve|infercore): ")
 _STAMP_DEFAULT = re.compile(r"^([IWEV])\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ")
 _STAMP_ISO8601 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ([IWEV]) \d+ ")
+# getopt_long's complaints, as "<program>: " starts them once program_name has run
+_GETOPT = re.compile(r"<program>: (unrecognized option |option '[^']*' (requires an argument"
+                     r"|doesn't allow an argument|is ambiguous)|invalid option -- )")
 _LOG_PREFIX = re.compile(r"^[IWEV]\d{4} \d\d:\d\d:\d\d(\.\d+)? +\d+ [^\]]+\] ?")
 
 
@@ -87,11 +90,11 @@ def _nonzero(value: Any) -> bool:
 
 def error_line(output: str) -> str | None:
     """The line a user reads when a server stops at start-up: tritonserver's
-    ``error: ...`` line or option complaint, else the last line of the output; the log
-    prefix dropped (log_prefix)."""
+    ``error: ...`` line or getopt's complaint about the command line (printed before
+    the usage), else the last line of the output; the log prefix dropped (log_prefix)."""
     lines = [_message(line) for line in output.splitlines() if line.strip()]
     for line in lines:
-        if line.startswith("error: ") or "unrecognized option" in line:
+        if line.startswith("error: ") or _GETOPT.match(line):
             return line
     return lines[-1] if lines else None
 

@@ -3,9 +3,9 @@
 Both get the same repository (written from the suite's models into a fresh temporary
 directory), the same flags, and ports drawn afresh; Triton is started from the shared
 bench's installation (``../shared/bench``: ``setup.sh`` then ``env.sh``'s layout) with its
-backends directory, the only flag infercore does not get (infercore alone gets the
-suite's ``infercore_flags``). A server's output goes to a log file in its temporary
-directory, read for start-up cases.
+backends and caches directories, the only flags infercore does not get (infercore alone
+gets the suite's ``infercore_flags``). A server's output goes to a log file in its
+temporary directory, read for start-up cases.
 """
 
 from __future__ import annotations
@@ -71,8 +71,11 @@ def triton_paths(bench: Path) -> ServerKind:
     env = {"LD_LIBRARY_PATH": ":".join(libs + [os.environ.get("LD_LIBRARY_PATH", "")]),
            # the Python backend's stub runs the `python` on PATH: the bench venv's
            "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+    # where the installation keeps its backends and caches (tritonserver looks in
+    # /opt/tritonserver otherwise); the cache folder matters only to a --cache-config
     return ServerKind("triton", (str(home / "bin" / "tritonserver"),
-                                 f"--backend-directory={home / 'backends'}"), env)
+                                 f"--backend-directory={home / 'backends'}",
+                                 f"--cache-directory={home / 'caches'}"), env)
 
 
 @dataclass
@@ -196,6 +199,9 @@ def _serving(server: RunningServer, port: int) -> bool:
         if not _loaded(server):
             return False
         return not suite.wait_ready or _http_status(port, "GET", "/v2/health/ready") == 200
+    if suite.wait_ports:
+        return _loaded(server) and all(_listening(int(server.endpoint.fill(placeholder)))
+                                       for placeholder in suite.wait_ports)
     # no HTTP of ours to ask: the gRPC port (or, for suites with their own ports,
     # whatever the flags named) accepting connections is as far as this can see
     return _loaded(server) and (_listening(server.endpoint.grpc_port) or _listening(port))

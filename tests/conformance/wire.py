@@ -138,6 +138,8 @@ def _http(endpoint: Endpoint, step: Http) -> dict[str, Any]:
                 answers.append(_read_response(reader, step.method))
                 if answers[-1].get("status") is None:
                     break
+    except ConnectionRefusedError:  # nothing listens there (--allow-http=false, ...)
+        answers.append({"status": None, "refused": True})
     except (ConnectionResetError, BrokenPipeError):
         answers.append({"status": None, "closed": True})
     except TimeoutError:
