@@ -25,6 +25,7 @@ from infercore.errors import InvalidArgumentError
 from infercore.frontends import grpc as grpc_frontend
 from infercore.frontends import http as http_frontend
 from infercore.frontends import metrics as metrics_frontend
+from infercore.frontends import sagemaker, vertex_ai
 from infercore.frontends.restricted import Restriction
 from infercore.launch import ServeExtras, format_table, model_table, options_table
 from infercore.options import ModelControlMode, RateLimitMode
@@ -144,8 +145,23 @@ def test_gpu_flags_are_accepted_and_only_shown():
                  "--model-load-gpu-limit=0:0.5", "--cache-directory=/opt/caches",
                  "--repoagent-directory=/opt/agents", "--allow-gpu-metrics=false",
                  "--grpc-infer-allocation-pool-size=8")
-    assert serve_extras(args) == ServeExtras(1024, ((0, 64), (1, 128)), 7.5)
-    options_from_args(args)  # none of them is an error
+    extras = serve_extras(args)
+    assert (extras.pinned_memory_pool_byte_size, extras.cuda_memory_pool_byte_size,
+            extras.min_supported_compute_capability) == (1024, ((0, 64), (1, 128)), 7.5)
+    opts = options_from_args(args)  # none of them is an error; the Options keep them
+    assert (opts.pinned_memory_pool_size, opts.cuda_memory_pool_sizes,
+            opts.cuda_virtual_address_sizes) == (1024, {0: 64, 1: 128}, {0: 1024})
+    assert (opts.buffer_manager_thread_count, opts.cache_directory,
+            opts.repo_agent_directory) == (2, "/opt/caches", "/opt/agents")
+    assert [(limit.device, limit.fraction) for limit in opts.model_load_device_limits] == [
+        (0, 0.5)]
+    # each says once, in the order given, that it changes nothing here
+    assert [note.split(" ", 1)[0] for note in extras.notes] == [
+        "--pinned-memory-pool-byte-size", "--cuda-memory-pool-byte-size",
+        "--min-supported-compute-capability", "--cuda-virtual-address-size",
+        "--buffer-manager-thread-count", "--model-load-gpu-limit", "--cache-directory",
+        "--repoagent-directory", "--allow-gpu-metrics", "--grpc-infer-allocation-pool-size"]
+    assert all(" has no effect here: " in note for note in extras.notes)
 
 
 def test_frontend_flags_reach_the_frontends():
@@ -196,14 +212,14 @@ USAGE_ERRORS = [
     (["serve", "--rate-limit-resource=R"], "--rate-limit-resource option format is"),
     (["serve", "--rate-limit-resource=R:x"], "Invalid option value. Got x"),
     (["serve", "--host-policy=pinned"], "--host-policy option format is"),
-    (["serve", "--cache-config=size=1"], "No cache name specified."),
+    (["serve", "--cache-config=size=1"], "No cache specified."),
     (["serve", "--cache-config=local,size"], "--cache-config option format is"),
     (["serve", "--backend-config=novalue"], "--backend-config option format is"),
     (["serve", "--trace-level=loud"], "invalid value for trace level option: loud"),
     (["serve", "--cuda-memory-pool-byte-size=64"], "requires format <first>:<second>"),
-    (["serve", "--http-port=70000"], "port must be in [0, 65535]"),
+    (["serve", "--http-port=99999999999"], "Provided option value is out of bound."),
     (["serve", "--http-restricted-api=health"],
-     "--http-restricted-api option format is '<categories>:<key>=<value>'"),
+     "--http-restricted-api option format is '<config name>:<setting>=<value>'"),
     (["serve", "--http-restricted-api=healthy:k=v"], "unknown restricted api 'healthy'"),
     (["serve", "--grpc-restricted-protocol=model-reposit,health:k1=v1"],
      "unknown restricted protocol 'model-reposit'"),
@@ -225,15 +241,20 @@ def test_bad_command_lines_are_usage_errors(argv, message, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
+    (["--load-model=a"],
+     "Error: Use of '--load-model' requires setting '--model-control-mode=explicit'"),
+    (["--model-control-mode=poll", "--load-model=a"], "requires setting"),
     (["--cache-config=local,size=1", "--response-cache-byte-size=5"],
      "Incompatible flags --response-cache-byte-size and --cache-config both provided"),
-    (["--load-model=a"],
-     "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well."),
     (["--http-port=8000", "--grpc-port=8000"],
      "cannot listen to HTTP requests and GRPC requests at the same address and port"),
     (["--metrics-port=8000", "--http-port=8000"], "HTTP requests and metrics requests"),
-    (["--repository-poll-secs=-1"], "--repository-poll-secs must be >= 0"),
-    (["--model-load-thread-count=0"], "model_load_thread_count must be >= 1"),
+    (["--allow-sagemaker=true", "--sagemaker-port=8000"],
+     "HTTP requests and SageMaker requests at the same address and port 0.0.0.0:8000"),
+    (["--allow-sagemaker=true", "--sagemaker-safe-port-range=9000-9010"],
+     r"HTTP requests at port 8000, allowed port range is \[9000, 9010\]"),
+    (["--allow-vertex-ai=true", "--vertex-ai-port=8001"],
+     "GRPC requests and Vertex AI requests at the same address and port 0.0.0.0:8001"),
 ])
 def test_inconsistent_flags_are_refused(flags, message):
     with pytest.raises(InvalidArgumentError, match=message.replace("*", r"\*")):
@@ -244,8 +265,147 @@ def test_inconsistent_flags_are_usage_errors_from_main(capsys):
     with pytest.raises(SystemExit) as caught:
         cli.main(["serve", "--load-model=a"])
     assert caught.value.code == 1
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
+    err = capsys.readouterr().err
+    assert err.startswith("usage:")
+    assert err.endswith("\nError: Use of '--load-model' requires setting "
+                        "'--model-control-mode=explicit' as well.\n")
+
+
+def test_settings_the_server_refuses_end_as_tritonserver_does(capsys):
+    # Options refuse it: "error: creating server: ..." as tritonserver's last words
+    assert cli.main(["serve", "--cache-config=local,size=big"]) == 1
+    assert capsys.readouterr().err == ("error: creating server: Invalid argument - invalid "
+                                       "size 'big' for the local cache: expected a number "
+                                       "of bytes\n")
+
+
+# tritonserver clamps these; its parser takes them
+@pytest.mark.parametrize("flags, attribute, expected", [
+    (["--repository-poll-secs=-1"], "repository_poll_secs", 0),
+    (["--model-load-thread-count=0"], "model_load_thread_count", 1),
+    (["--model-load-retry-count=-2"], "model_load_retry_count", 0),
+    (["--buffer-manager-thread-count=-3"], "buffer_manager_thread_count", 0),
+    (["--metrics-interval-ms=0"], "metrics_interval", 1),
+    (["--enable-peer-access=false"], "enable_peer_access", False),
+    (["--enable-peer-access", "ON"], "enable_peer_access", True),
+])
+def test_values_tritonserver_clamps_are_clamped(flags, attribute, expected):
+    assert getattr(options(*flags), attribute) == expected
+
+
+# -- reading the command line as tritonserver's getopt_long ----------------------------------
+@pytest.mark.parametrize("flags, attribute, expected", [
+    (["--id", "--strict-readiness=false"], "server_id", "--strict-readiness=false"),
+    (["--strict-read=false"], "strict_readiness", False),  # a unique prefix
+    (["--model-repo=/m"], "model_repository", ["/m"]),
+    (["--id=a", "--id=b"], "server_id", "b"),  # the last one wins
+    (["--exit-timeout-secs=7s"], "exit_timeout_secs", 7),  # std::stoi
+    (["--exit-timeout-secs= +5"], "exit_timeout_secs", 5),
+    (["--exit-timeout-secs=0x10"], "exit_timeout_secs", 0),
+    (["--model-load-thread-count=2.5"], "model_load_thread_count", 2),
+    (["--min-supported-compute-capability=0x1p3"], "min_supported_compute_capability", 8.0),
+    (["--log-verbose=TRUE"], "log_verbose", 1),
+    (["--reuse-http-port=On"], "reuse_http_port", True),
+    (["--disable-auto-complete-config", "--", ], "disable_auto_complete_config", True),
+])
+def test_the_command_line_is_read_as_getopt_long_reads_it(flags, attribute, expected):
+    assert getattr(parse(*flags), attribute) == expected
+
+
+def test_the_flags_given_are_kept_in_order_with_their_full_names():
+    args = parse("--strict-read=0", "--id", "x", "--exit-timeout-secs=1", "--id=y")
+    assert args.flags_given == ("strict-readiness", "id", "exit-timeout-secs", "id")
+    assert args.command_line == ("--strict-readiness=0", "--id=x", "--exit-timeout-secs=1",
+                                 "--id=y")
+
+
+@pytest.mark.parametrize("argv, first_line", [
+    (["--log=1"], "infercore serve: option '--log=1' is ambiguous; possibilities: "
+                  "'--log-verbose' '--log-info' '--log-warning' '--log-error' "
+                  "'--log-format' '--log-file'"),
+    (["--http-thread-count"], "infercore serve: option '--http-thread-count' requires an "
+                              "argument"),
+    (["--disable-auto-complete-config=1"],
+     "infercore serve: option '--disable-auto-complete-config' doesn't allow an argument"),
+    (["-x"], "infercore serve: invalid option -- 'x'"),
+    (["--bogus=1", "--log-info=maybe"], "infercore serve: unrecognized option '--bogus=1'"),
+])
+def test_getopt_complaints_come_first_then_the_usage(argv, first_line, capsys):
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["serve", *argv])
+    assert caught.value.code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == first_line and lines[1].startswith("usage:")
+
+
+@pytest.mark.parametrize("argv, last_lines", [
+    # a bad value before an unknown option is the complaint: reading stops at the value
+    (["--log-info=maybe", "--bogus"], ['Bad option: "--log-info".',
+                                       "invalid value for bool option: maybe"]),
+    (["extra", "--id=x"], ["Unexpected argument: extra"]),  # non-options go last
+    (["--", "--id=x"], ["Unexpected argument: --id=x"]),
+    (["--grpc-infer-thread-count=1"],
+     ['Bad option: "--grpc-infer-thread-count".', "invalid argument for "
+      "--grpc_infer_thread_count. Must be in the range 2 to 128."]),
+    (["--grpc-max-response-pool-size=0"],
+     ["Error: --grpc-max-response-pool-size must be greater than 0."]),
+    (["--sagemaker-safe-port-range=8000"],
+     ["Cannot parse pair option due to incorrect number of inputs.--<pair option> argument "
+      "requires format <first>-<second>. Found: 8000"]),
+    (["--model-config-name="], ["Error: empty argument for --model-config-name"]),
+    (["--exit-timeout-secs=99999999999"],
+     ["Provided option value is out of bound. Got 99999999999"]),
+])
+def test_parser_complaints_come_after_the_usage(argv, last_lines, capsys):
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(["serve", *argv])
+    assert caught.value.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage:") and err[-len(last_lines):] == last_lines
+
+
+def test_sagemaker_and_vertex_ai_flags_reach_their_options():
+    args = parse("--allow-sagemaker=true", "--sagemaker-port=9080",
+                 "--sagemaker-safe-port-range=8000-8002", "--sagemaker-thread-count=3",
+                 "--allow-vertex-ai=1", "--vertex-ai-port=9081", "--vertex-ai-thread-count=4",
+                 "--vertex-ai-default-model=simple")
+    assert sagemaker.options_from_args(args) == sagemaker.SageMakerOptions(
+        True, "0.0.0.0", 9080, (8000, 8002), 3)
+    assert vertex_ai.options_from_args(args) == vertex_ai.VertexAIOptions(
+        True, "0.0.0.0", 9081, 4, "simple")
+    defaults = parse()
+    assert sagemaker.options_from_args(defaults) == sagemaker.SageMakerOptions()
+    assert vertex_ai.options_from_args(defaults) == vertex_ai.VertexAIOptions()
+
+
+def test_vertex_ai_environment_sets_tritonservers_defaults(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIP_MODE", "PREDICTION")
+    monkeypatch.setenv("AIP_HTTP_PORT", "9090")
+    monkeypatch.setenv("AIP_STORAGE_URI", str(tmp_path))
+    args = parse()
+    assert (args.allow_vertex_ai, args.allow_http, args.allow_grpc) == (True, False, False)
+    assert args.vertex_ai_port == 9090
+    assert options_from_args(args).repositories == (tmp_path,)
+    assert parse("--allow-http=true").allow_http  # a flag still wins
+    monkeypatch.setenv("AIP_HTTP_PORT", "port")
+    with pytest.raises(SystemExit):
+        parse()
+
+
+def test_a_frontend_infercore_lacks_says_so_and_serves_on(caplog):
+    server = Server(model_repository=REPO_ROOT / "examples" / "models")
+    args = parse("--allow-sagemaker=true", "--allow-vertex-ai=true", "--vertex-ai-port=9000")
+    with caplog.at_level("WARNING"):
+        assert sagemaker.from_args(server, args) is None
+        assert vertex_ai.from_args(server, args) is None
+    assert "--allow-sagemaker=true has no effect: infercore has no SageMaker frontend, " \
+           "nothing listens on 0.0.0.0:8080" in caplog.text
+    assert "--allow-vertex-ai=true has no effect: infercore has no Vertex AI frontend, " \
+           "nothing listens on 0.0.0.0:9000" in caplog.text
+    with caplog.at_level("WARNING"):
+        caplog.clear()
+        sagemaker.from_args(server, parse())
+    assert caplog.text == ""
 
 
 def test_help_is_grouped_as_tritonservers(capsys):
@@ -253,7 +413,8 @@ def test_help_is_grouped_as_tritonservers(capsys):
         cli.main(["serve", "--help"])
     assert caught.value.code == 0
     out = capsys.readouterr().out
-    groups = ["Server:", "Logging:", "Model Repository:", "HTTP:", "GRPC:", "Metrics:",
+    groups = ["Server:", "Logging:", "Model Repository:", "HTTP:", "GRPC:", "Sagemaker:",
+              "Vertex:", "Metrics:",
               "Tracing:", "Backend:", "Response Cache:", "Rate Limiter:",
               "Memory/Device Management:", "DEPRECATED:"]
     positions = [out.index(group) for group in groups]
@@ -287,7 +448,9 @@ def test_main_builds_options_warns_and_serves(monkeypatch, capsys, caplog, tmp_p
     assert served["options"].strict_model_config
     assert served["extras"].pinned_memory_pool_byte_size == 64
     assert [m.__name__.rsplit(".", 1)[1] for m in served["modules"]] == [
-        "http", "grpc", "metrics"]
+        "http", "grpc", "sagemaker", "vertex_ai", "metrics"]
+    assert served["extras"].notes == (
+        "--pinned-memory-pool-byte-size has no effect here: there is no GPU here",)
     err = capsys.readouterr().err
     assert "'--strict-model-config' has been deprecated" in err
     # tritonserver checks a backend folder only when a model needs it: a warning, no error

@@ -34,8 +34,22 @@ def test_explicit_resources_limit_and_reject_bigger_asks():
     limiter = RateLimiter(RateLimitMode.EXEC_COUNT, [RateLimiterResource("R", 2)])
     limiter.register("ok", [_ask(("R", 0, 2))])
     assert limiter.free() == {("R", 0): 2}
-    with pytest.raises(InvalidArgumentError, match="'R'.*limited to 2.*'big' requires 3"):
+    with pytest.raises(InvalidArgumentError, match='"R" is limited to 2 .* count is 3'):
         limiter.register("big", [_ask(("R", 0, 3))])
+
+
+def test_once_any_resource_is_sized_the_others_have_none():
+    # Triton's ParseAndValidateExplicitResources; names are compared as given
+    limiter = RateLimiter(RateLimitMode.EXEC_COUNT, [RateLimiterResource("r", 2)])
+    with pytest.raises(InvalidArgumentError, match='"R" is limited to 0'):
+        limiter.register("m", [_ask(("R", 0, 1))])
+
+
+def test_a_global_resource_takes_the_largest_sized_entry():
+    limiter = RateLimiter(RateLimitMode.EXEC_COUNT, [RateLimiterResource("G", 1, 0),
+                                                     RateLimiterResource("G", 3, 1)])
+    limiter.register("m", [_ask(("G", -1, 3))])
+    assert limiter.free() == {("G", -1): 3}
 
 
 def test_per_device_resources_are_counted_separately():

@@ -2,12 +2,15 @@
 
 A launch script written for tritonserver runs with ``tritonserver`` replaced by
 ``infercore serve`` (or by bare ``infercore``: a command line that starts with a flag is
-a ``serve`` command line). Flags take ``--flag=value`` or ``--flag value``; booleans take
-true/false, on/off, 1/0; repeatable flags repeat as in tritonserver. Flags that tune GPU
-memory (``--pinned-memory-pool-byte-size``, ``--cuda-memory-pool-byte-size``, ...) are
-accepted and shown in the options table, without effect on a CPU host. A bad command line
-is answered as tritonserver answers it: the usage, then the error ("unrecognized option
-'--x'", 'Bad option: "--x". ...') last, exit status 1.
+a ``serve`` command line). Every tritonserver flag is taken, read as its getopt_long
+reads it (long_options.py: ``--flag=value`` or ``--flag value``, unique prefixes) with
+its value types (frontends/flag_types.py: booleans true/false, on/off, 1/0; integers as
+std::stoi reads them) and its checks after reading; repeatable flags repeat as in
+tritonserver. Flags that change nothing here (GPU memory, tritonserver's gRPC handler
+pools, ...: ``NO_EFFECT``) are accepted, and the start-up log says so once for each one
+given. A bad command line is answered as tritonserver answers it: getopt's complaint
+("unrecognized option '--x'") then the usage, or the usage then the parser's complaint
+('Bad option: "--x".' and why, "Unexpected argument: x"), exit status 1.
 
 ``serve`` itself (frontends, model loading, tables, signals, shutdown) is in launch.py.
 """
@@ -26,15 +29,33 @@ from ._version import __version__
 from .backends.base import load_backend_directory, parse_backend_config
 from .errors import InvalidArgumentError, TritonError
 from .frontends import metrics as metrics_frontend
-from .frontends import shm
-from .launch import ServeExtras
+from .frontends import sagemaker, shm, vertex_ai
+from .frontends.flag_types import (
+    boolean,
+    int_bool,
+    integer,
+    integer64,
+    number,
+    pair,
+    unsigned64,
+)
+from .launch import ServeExtras, report_creation_failure
 from .launch import serve as _serve
 from .logs import LOG_FORMATS, triton_formatter, triton_handler
-from .options import ModelControlMode, Options, RateLimiterResource, RateLimitMode
+from .long_options import LongOption
+from .long_options import read as read_long_options
+from .options import (
+    ModelControlMode,
+    ModelLoadDeviceLimit,
+    Options,
+    RateLimiterResource,
+    RateLimitMode,
+)
 from .supervisor import SupervisorPolicy, serve_command, supervise
-from .trace_settings import option_int, parse_trace_config, parse_trace_item, parse_trace_level
+from .trace_settings import parse_trace_config, parse_trace_item, parse_trace_level
 
-__all__ = ["build_parser", "main", "options_from_args", "serve_extras"]
+__all__ = ["NO_EFFECT", "build_parser", "check_command_line", "main", "no_effect_notes",
+           "options_from_args", "serve_extras"]
 
 logger = logging.getLogger("infercore")
 
@@ -52,34 +73,52 @@ def examples_repository() -> Path:
 
 # -- the parser ------------------------------------------------------------------------------
 class TritonArgumentParser(argparse.ArgumentParser):
-    """argparse answering bad command lines in tritonserver's words, with its exit status."""
+    """argparse answering bad command lines in tritonserver's words, with its exit status:
+    the usage, then the complaint (tritonserver prints its parser's complaints bare)."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        if message.startswith("Error: "):  # tritonserver's own checks: said as they are
-            self.exit(USAGE_EXIT, f"{message}\n")
-        self.exit(USAGE_EXIT, f"{self.prog}: {_triton_wording(message)}\n")
+        self.exit(USAGE_EXIT, f"{_triton_wording(message)}\n")
+
+
+class ServeArgumentParser(TritonArgumentParser):
+    """``serve``'s parser: the command line is read as tritonserver's getopt_long reads
+    it (long_options.py), then the values are converted by the flags' types, in order.
+
+    The namespace also gets ``flags_given`` (the full names, in order) and
+    ``command_line`` (the options as read, in their canonical ``--name=value`` form).
+    """
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        table = [LongOption(option[2:], action.nargs != 0, id(action))
+                 for action in self._actions for option in action.option_strings
+                 if option.startswith("--")]
+        reading = read_long_options(sys.argv[1:] if args is None else list(args), table)
+        # the values before a complaint are converted first: their errors come first
+        parsed, _ = super().parse_known_args(reading.options, namespace)
+        if reading.error is not None:
+            # getopt_long's complaint is printed as it reads, before the usage
+            print(f"{self.prog}: {reading.error}", file=sys.stderr)
+            self.print_usage(sys.stderr)
+            self.exit(USAGE_EXIT)
+        if reading.positionals:
+            self.error(f"Unexpected argument: {reading.positionals[0]}")
+        parsed.flags_given = tuple(reading.given)
+        parsed.command_line = tuple(reading.options)
+        return parsed, []
 
 
 _ARGUMENT = re.compile(r"argument ([^:]+): (.*)", re.DOTALL)
 
 
 def _triton_wording(message: str) -> str:
-    if message.startswith("unrecognized arguments: "):
-        first = message.removeprefix("unrecognized arguments: ").split()[0]
-        if first.startswith("-"):
-            return f"unrecognized option '{first}'"
-        return f"Unexpected argument: {first}"
+    """'argument --x: detail' (a value argparse's type refused) as tritonserver words it."""
     match = _ARGUMENT.fullmatch(message)
     if match is None:
         return message
-    flag = match.group(1).split("/")[0]
-    detail = match.group(2)
-    if detail.startswith("expected one argument"):
-        return f"option '{flag}' requires an argument"
-    if detail.startswith("ignored explicit argument"):
-        return f"option '{flag}' doesn't allow an argument"
-    return f'Bad option: "{flag}".\n{detail}'
+    return f'Bad option: "{match.group(1).split("/")[0]}".\n{match.group(2)}'
 
 
 def _type(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -96,36 +135,6 @@ def _type(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "on"):
-        return True
-    if lowered in ("0", "false", "off"):
-        return False
-    raise ValueError(f"invalid value for bool option: {text}")
-
-
-def _parse_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"Invalid option value. Got {text}") from None
-
-
-def _parse_float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"Invalid option value. Got {text}") from None
-
-
-def _parse_verbose(text: str) -> int:
-    lowered = text.strip().lower()  # tritonserver takes true/false for 1/0 here
-    value = {"true": 1, "false": 0}.get(lowered)
-    # read by std::stoi ("1.5" is 1); a negative level is 0
-    return max(0, option_int(text)) if value is None else value
-
-
 def _check_trace_item(text: str) -> str:
     parse_trace_item(text)  # raises InvalidArgumentError with tritonserver's wording
     return text
@@ -133,45 +142,59 @@ def _check_trace_item(text: str) -> str:
 
 def _lowered_choice(flag: str, choices: Sequence[str]) -> Callable[[str], str]:
     def parse(text: str) -> str:
-        lowered = text.strip().lower()
-        if lowered not in choices:
-            raise ValueError(f"invalid argument for --{flag}: '{text}' (choose from "
-                             + ", ".join(choices) + ")")
-        return lowered
+        if text.lower() not in choices:
+            raise ValueError(f"invalid argument for --{flag}")
+        return text.lower()
     return parse
 
 
 def _parse_log_format(text: str) -> str:
-    if text not in LOG_FORMATS:
+    if text not in LOG_FORMATS:  # "default" or "ISO8601", in that case
         raise ValueError("invalid argument for --log-format")
     return text
 
 
+def _parse_model_config_name(text: str) -> str:
+    if not text:
+        raise ValueError("Error: empty argument for --model-config-name")
+    return text
+
+
 def _parse_rate_limit_resource(text: str) -> RateLimiterResource:
+    """``<name>:<count>[:<device>]``; the name is kept as given (tritonserver lowers a copy
+    it never uses)."""
     parts = text.split(":")
-    if len(parts) not in (2, 3) or not parts[0]:
+    if len(parts) not in (2, 3):
         raise ValueError("--rate-limit-resource option format is "
                          "'<resource_name>:<count>:<device>' or '<resource_name>:<count>'. "
                          f"Got {text}")
-    count = _parse_int(parts[1])
-    device = _parse_int(parts[2]) if len(parts) == 3 else -1
+    count = integer(parts[1])
+    device = integer(parts[2]) if len(parts) == 3 else -1
     return RateLimiterResource(parts[0], count, device)
 
 
-def _named_setting(flag: str, config_name: str) -> Callable[[str], tuple[str, str, str]]:
-    """``<name>,<setting>=<value>`` (host policy, cache config) -> (name, setting, value)."""
+def _parse_cache_setting(text: str) -> tuple[str, str, str]:
+    """``<cache>,<setting>=<value>``: tritonserver's cache-config form."""
+    comma = text.find(",")
+    equals = text.find("=", comma + 1)
+    if comma <= 0:
+        raise ValueError("No cache specified. --cache-config option format is "
+                         f"<cache name>,<setting>=<value>. Got {text}")
+    setting, value = text[comma + 1:equals], text[equals + 1:]
+    if equals < 0 or not setting or not value:
+        raise ValueError("--cache-config option format is '<cache name>,<setting>=<value>'. "
+                         f"Got {text}")
+    return text[:comma], setting, value
 
-    def parse(text: str) -> tuple[str, str, str]:
-        name, comma, setting = text.partition(",")
-        key, equals, value = setting.partition("=")
-        if not comma or not name:
-            raise ValueError(f"No {config_name} specified. --{flag} option format is "
-                             f"<{config_name}>,<setting>=<value>. Got {text}")
-        if not equals or not key or not value:
-            raise ValueError(f"--{flag} option format is '<{config_name}>,<setting>=<value>'. "
-                             f"Got {text}")
-        return name, key, value
-    return parse
+
+def _parse_host_policy(text: str) -> tuple[str, str, str]:
+    """``<policy>,<setting>=<value>``: tritonserver's generic setting form."""
+    name, comma, setting = text.partition(",")
+    key, equals, value = setting.partition("=")
+    if not (comma and equals and name and key and value):
+        raise ValueError("--host-policy option format is '<policy name>,<setting>=<value>'. "
+                         f"Got {text}")
+    return name, key, value
 
 
 def _parse_backend_config(text: str) -> str:
@@ -179,21 +202,6 @@ def _parse_backend_config(text: str) -> str:
     return text
 
 
-def _device_pair(flag: str, convert: Callable[[str], Any]) -> Callable[[str], tuple[int, Any]]:
-    def parse(text: str) -> tuple[int, Any]:
-        device, colon, value = text.partition(":")
-        if not colon:
-            raise ValueError("Cannot parse pair option due to incorrect number of inputs. "
-                             f"--{flag} argument requires format <first>:<second>. "
-                             f"Found: {text}")
-        return _parse_int(device), convert(value)
-    return parse
-
-
-BOOL = _type("boolean", _parse_bool)
-INT = _type("integer", _parse_int)
-FLOAT = _type("float", _parse_float)
-STOI = _type("integer", option_int)  # tritonserver's int options read by std::stoi
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,10 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="infercore", description="A Triton-compatible inference server in Python.",
         epilog="`infercore --flag ...` (starting with a flag) is `infercore serve --flag ...`.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=ServeArgumentParser)
     serve = commands.add_parser(
         "serve", help="serve model repositories (tritonserver's command line)",
-        usage="%(prog)s [options]",
+        usage="%(prog)s [options]", add_help=False,
         description="Serve Triton model repositories over KServe v2 HTTP/REST and gRPC, "
                     "with tritonserver's flags, until SIGINT or SIGTERM.")
     add_serve_arguments(serve)
@@ -212,20 +221,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
-    """tritonserver's flags, in its groups; the frontends add theirs (HTTP, gRPC, metrics)."""
+    """tritonserver's flags, in its groups and its order (getopt_long names the
+    possibilities of an ambiguous prefix in that order); the frontends add theirs (HTTP,
+    gRPC, SageMaker, Vertex AI, metrics); infercore's own flags close their group."""
+    serve.add_argument("--help", action="help", help="print usage")
     group = serve.add_argument_group("Server")
     group.add_argument("--id", dest="server_id", default="triton", metavar="ID",
                        help="identifier of this server (default triton)")
-    group.add_argument("--exit-timeout-secs", type=INT, default=30, metavar="SECONDS",
+    group.add_argument("--exit-timeout-secs", type=integer, default=30, metavar="SECONDS",
                        help="at shutdown, how long in-flight requests may take before they "
                             "are failed and the server exits (default 30)")
 
     group = serve.add_argument_group("Logging")
-    group.add_argument("--log-verbose", type=_type("integer", _parse_verbose), default=0,
-                       metavar="LEVEL", help="verbose logging level; 0 disables (default 0)")
-    group.add_argument("--log-info", type=BOOL, default=True, metavar="BOOL")
-    group.add_argument("--log-warning", type=BOOL, default=True, metavar="BOOL")
-    group.add_argument("--log-error", type=BOOL, default=True, metavar="BOOL")
+    group.add_argument("--log-verbose", type=int_bool, default=0, metavar="LEVEL",
+                       help="verbose logging level; 0 disables (default 0)")
+    group.add_argument("--log-info", type=boolean, default=True, metavar="BOOL")
+    group.add_argument("--log-warning", type=boolean, default=True, metavar="BOOL")
+    group.add_argument("--log-error", type=boolean, default=True, metavar="BOOL")
     group.add_argument("--log-format", type=_type("format", _parse_log_format),
                        default="default", metavar="FORMAT",
                        help="default (glog-like) or ISO8601")
@@ -233,15 +245,15 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="write the log to this file instead of standard error")
 
     group = serve.add_argument_group("Model Repository")
-    group.add_argument("--model-repository", "--model-store", dest="model_repository",
+    group.add_argument("--model-store", "--model-repository", dest="model_repository",
                        action="append", metavar="PATH",
                        help="a model repository folder (repeatable); default: the bundled "
                             "examples")
-    group.add_argument("--exit-on-error", type=BOOL, default=True, metavar="BOOL",
+    group.add_argument("--exit-on-error", type=boolean, default=True, metavar="BOOL",
                        help="exit when a model fails to load at startup (default true)")
     group.add_argument("--disable-auto-complete-config", action="store_true",
                        help="require complete config.pbtxt files (no auto-complete)")
-    group.add_argument("--strict-readiness", type=BOOL, default=True, metavar="BOOL",
+    group.add_argument("--strict-readiness", type=boolean, default=True, metavar="BOOL",
                        help="true: /v2/health/ready only when every model is ready; false: "
                             "once the startup loads are done (default true)")
     group.add_argument("--model-control-mode", default="none", metavar="MODE",
@@ -250,19 +262,23 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="none: load every model at start; poll: also follow repository "
                             "changes; explicit: load --load-model models, then only through "
                             "the model repository API (default none)")
-    group.add_argument("--repository-poll-secs", type=FLOAT, default=15.0, metavar="SECONDS",
+    group.add_argument("--repository-poll-secs", type=integer, default=15, metavar="SECONDS",
                        help="interval between repository polls in poll mode (default 15)")
     group.add_argument("--load-model", action="append", default=[], metavar="NAME",
                        help="model to load at start in explicit mode (repeatable; '*' alone "
                             "loads every model)")
-    group.add_argument("--model-config-name", default="", metavar="NAME",
+    group.add_argument("--model-config-name", default=None, metavar="NAME",
+                       type=_type("name", _parse_model_config_name),
                        help="use configs/NAME.pbtxt in each model folder when present")
-    group.add_argument("--model-load-thread-count", type=INT, default=4, metavar="N",
+    group.add_argument("--model-load-thread-count", type=integer, default=4, metavar="N",
                        help="models loaded at once (default 4)")
-    group.add_argument("--model-load-retry-count", type=INT, default=0, metavar="N",
+    group.add_argument("--model-load-retry-count", type=integer, default=0, metavar="N",
                        help="retries of a failed model load (default 0)")
-    group.add_argument("--model-namespacing", type=BOOL, default=False, metavar="BOOL",
+    group.add_argument("--model-namespacing", type=boolean, default=False, metavar="BOOL",
                        help="serve same-named models of different repositories apart")
+    group.add_argument("--enable-peer-access", type=boolean, default=True, metavar="BOOL",
+                       help="let GPUs reach each other's memory (default true; no effect "
+                            "without GPUs)")
 
     for module in _frontend_modules():
         module.add_arguments(serve)
@@ -285,34 +301,17 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        metavar="BACKEND,SETTING=VALUE",
                        help="a backend setting (repeatable); SETTING=VALUE for every backend")
 
-    group = serve.add_argument_group(
-        "Supervisor", "infercore's own: restart a server that died (docs/operations.md).")
-    group.add_argument("--supervise", action="store_true",
-                       help="run the server as a child process and restart it when it dies "
-                            "after it started serving (a crashing in-thread model)")
-    group.add_argument("--supervise-max-restarts", type=INT, default=5, metavar="N",
-                       help="restarts allowed within --supervise-window-secs before giving "
-                            "up (default 5)")
-    group.add_argument("--supervise-window-secs", type=FLOAT, default=60.0, metavar="SECONDS",
-                       help="the window the restart bound counts in (default 60)")
-
-    group = serve.add_argument_group("Ray")
-    group.add_argument("--ray-address", default="", metavar="ADDRESS",
-                       help="the Ray cluster for instance groups placed on Ray: auto, "
-                            "<host>:<port>, ray://<host>:<port> or local (default: the "
-                            "RAY_ADDRESS environment variable; docs/ray.md)")
-
     group = serve.add_argument_group("Repository Agent")
-    group.add_argument("--repoagent-directory", default=None, metavar="DIR",
-                       help="accepted for compatibility; no effect")
+    group.add_argument("--repoagent-directory", default="", metavar="DIR",
+                       help="accepted; infercore has no repository agents")
 
     group = serve.add_argument_group("Response Cache")
     group.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
-                       type=_type("setting", _named_setting("cache-config", "cache name")),
+                       type=_type("setting", _parse_cache_setting),
                        help="a cache setting (repeatable), e.g. local,size=1048576 for a "
                             "1 MiB local response cache")
-    group.add_argument("--cache-directory", default=None, metavar="DIR",
-                       help="accepted for compatibility (the local cache is built in)")
+    group.add_argument("--cache-directory", default="", metavar="DIR",
+                       help="accepted; the local cache is built in")
 
     group = serve.add_argument_group("Rate Limiter")
     group.add_argument("--rate-limit", default="off", metavar="MODE",
@@ -327,74 +326,96 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "applies to every device and to global resources")
 
     group = serve.add_argument_group(
-        "Memory/Device Management", "GPU settings are accepted and shown in the options "
-        "table; they have no effect on a CPU host.")
-    group.add_argument("--host-policy", action="append", default=[], metavar="NAME,SETTING=VALUE",
-                       type=_type("policy", _named_setting("host-policy", "policy name")),
-                       help="a host policy setting (repeatable), e.g. pinned,cpu-cores=0-1")
-    group.add_argument("--pinned-memory-pool-byte-size", type=INT, default=1 << 28,
+        "Memory/Device Management", "GPU settings are accepted, kept in the options and "
+        "shown in the options table; they have no effect on a CPU host.")
+    group.add_argument("--pinned-memory-pool-byte-size", type=integer64, default=1 << 28,
                        metavar="BYTES")
     group.add_argument("--cuda-memory-pool-byte-size", action="append", default=[],
-                       type=_type("pool", _device_pair("cuda-memory-pool-byte-size",
-                                                       _parse_int)),
-                       metavar="DEVICE:BYTES")
+                       type=pair(integer, unsigned64), metavar="DEVICE:BYTES")
     group.add_argument("--cuda-virtual-address-size", action="append", default=[],
-                       type=_type("size", _device_pair("cuda-virtual-address-size",
-                                                       _parse_int)),
-                       metavar="DEVICE:BYTES")
-    group.add_argument("--min-supported-compute-capability", type=FLOAT, default=0.0,
+                       type=pair(integer, unsigned64), metavar="DEVICE:BYTES")
+    group.add_argument("--min-supported-compute-capability", type=number, default=0.0,
                        metavar="VERSION")
-    group.add_argument("--buffer-manager-thread-count", type=INT, default=0, metavar="N")
+    group.add_argument("--buffer-manager-thread-count", type=integer, default=0, metavar="N")
+    group.add_argument("--host-policy", action="append", default=[], metavar="NAME,SETTING=VALUE",
+                       type=_type("policy", _parse_host_policy),
+                       help="a host policy setting (repeatable), e.g. pinned,cpu-cores=0-1")
     group.add_argument("--model-load-gpu-limit", action="append", default=[],
-                       type=_type("limit", _device_pair("model-load-gpu-limit", _parse_float)),
-                       metavar="DEVICE:FRACTION")
+                       type=pair(integer, number), metavar="DEVICE:FRACTION")
 
     group = serve.add_argument_group("DEPRECATED", "tritonserver's deprecated spellings.")
-    group.add_argument("--strict-model-config", type=BOOL, default=None, metavar="BOOL",
+    group.add_argument("--strict-model-config", type=boolean, default=None, metavar="BOOL",
                        help="use --disable-auto-complete-config")
-    group.add_argument("--response-cache-byte-size", type=INT, default=None, metavar="BYTES",
-                       help="use --cache-config=local,size=BYTES")
+    group.add_argument("--response-cache-byte-size", type=integer64, default=None,
+                       metavar="BYTES", help="use --cache-config=local,size=BYTES")
     group.add_argument("--trace-file", default=None, metavar="PATH",
                        help="use --trace-config triton,file=PATH")
     group.add_argument("--trace-level", action="append", default=[],
                        type=_type("level", parse_trace_level), metavar="LEVEL",
                        help="use --trace-config level=LEVEL")
-    group.add_argument("--trace-rate", type=STOI, default=None, metavar="N",
+    group.add_argument("--trace-rate", type=integer, default=None, metavar="N",
                        help="use --trace-config rate=N")
-    group.add_argument("--trace-count", type=STOI, default=None, metavar="N",
+    group.add_argument("--trace-count", type=integer, default=None, metavar="N",
                        help="use --trace-config count=N")
-    group.add_argument("--trace-log-frequency", type=STOI, default=None, metavar="N",
+    group.add_argument("--trace-log-frequency", type=integer, default=None, metavar="N",
                        help="use --trace-config triton,log-frequency=N")
+
+    group = serve.add_argument_group(
+        "Supervisor", "infercore's own: restart a server that died (docs/operations.md).")
+    group.add_argument("--supervise", action="store_true",
+                       help="run the server as a child process and restart it when it dies "
+                            "after it started serving (a crashing in-thread model)")
+    group.add_argument("--supervise-max-restarts", type=integer, default=5, metavar="N",
+                       help="restarts allowed within --supervise-window-secs before giving "
+                            "up (default 5)")
+    group.add_argument("--supervise-window-secs", type=number, default=60.0, metavar="SECONDS",
+                       help="the window the restart bound counts in (default 60)")
+
+    group = serve.add_argument_group("Ray", "infercore's own.")
+    group.add_argument("--ray-address", default="", metavar="ADDRESS",
+                       help="the Ray cluster for instance groups placed on Ray: auto, "
+                            "<host>:<port>, ray://<host>:<port> or local (default: the "
+                            "RAY_ADDRESS environment variable; docs/ray.md)")
 
 
 def _frontend_modules() -> list[Any]:
-    """Each frontend module adds its flags and builds its frontend from the parsed args."""
-    from .frontends import grpc, http, metrics
+    """Each frontend module adds its flags and builds its frontend from the parsed args
+    (SageMaker's and Vertex AI's build none: infercore has neither frontend)."""
+    from .frontends import grpc, http, metrics, sagemaker, vertex_ai
 
-    return [http, grpc, metrics]
+    return [http, grpc, sagemaker, vertex_ai, metrics]
 
 
 # -- parsed flags -> Options -----------------------------------------------------------------
 def options_from_args(args: argparse.Namespace) -> Options:
-    """The Options the flags ask for; InvalidArgumentError for inconsistent flags."""
-    _check_consistency(args)
-    repositories = _unique(args.model_repository or [str(examples_repository())])
+    """The Options the flags ask for; InvalidArgumentError for inconsistent flags (the
+    command line's checks) or settings the Options refuse (the server's)."""
+    check_command_line(args)
+    return _options(args)
+
+
+def _options(args: argparse.Namespace) -> Options:
+    """Values tritonserver takes and then clamps are clamped as it clamps them."""
+    repositories = _unique(args.model_repository or [vertex_ai.default_repository()
+                                                     or str(examples_repository())])
     strict = args.disable_auto_complete_config or bool(args.strict_model_config)
     return Options(
         model_repository=repositories,
         server_id=args.server_id,
         model_control_mode=ModelControlMode(args.model_control_mode),
         startup_models=tuple(_unique(args.load_model)),
-        repository_poll_secs=args.repository_poll_secs,
+        # read in poll mode only, where tritonserver polls no more with 0 or less
+        repository_poll_secs=max(0, args.repository_poll_secs),
         strict_model_config=strict,
-        model_config_name=args.model_config_name,
+        model_config_name=args.model_config_name or "",
         exit_on_error=args.exit_on_error,
         strict_readiness=args.strict_readiness,
-        exit_timeout=max(0, args.exit_timeout_secs),  # tritonserver clamps negatives to 0
-        model_load_thread_count=args.model_load_thread_count,
-        model_load_retry_count=args.model_load_retry_count,
+        exit_timeout=max(0, args.exit_timeout_secs),
+        model_load_thread_count=max(1, args.model_load_thread_count),
+        model_load_retry_count=max(0, args.model_load_retry_count),
         model_namespacing=args.model_namespacing,
-        log_verbose=args.log_verbose,
+        enable_peer_access=args.enable_peer_access,
+        log_verbose=max(0, args.log_verbose),  # a negative level is 0
         log_info=args.log_info,
         log_warn=args.log_warning,
         log_error=args.log_error,
@@ -404,18 +425,58 @@ def options_from_args(args: argparse.Namespace) -> Options:
         rate_limiter_resources=tuple(args.rate_limit_resource),
         host_policies=_nested(args.host_policy),
         backend_configuration=parse_backend_config(args.backend_config),
+        repo_agent_directory=args.repoagent_directory,
         trace_config=parse_trace_config(_trace_items(args)),
         cache_config=_cache_config(args),
+        cache_directory=args.cache_directory,
         ray_address=args.ray_address,
+        pinned_memory_pool_size=max(0, args.pinned_memory_pool_byte_size),
+        # "Subsequent uses will overwrite previous uses for the same GPU device."
+        cuda_memory_pool_sizes=dict(args.cuda_memory_pool_byte_size),
+        cuda_virtual_address_sizes=dict(args.cuda_virtual_address_size),
+        min_supported_compute_capability=args.min_supported_compute_capability,
+        buffer_manager_thread_count=max(0, args.buffer_manager_thread_count),
+        model_load_device_limits=tuple(
+            ModelLoadDeviceLimit("GPU", device, fraction)
+            for device, fraction in dict(args.model_load_gpu_limit).items()),
         **metrics_frontend.options_from_args(args),
     )
 
 
 def serve_extras(args: argparse.Namespace) -> ServeExtras:
-    """The flags without effect here that the options table still shows."""
+    """What the start-up log shows beside the Options: the GPU settings of the options
+    table, and a note for each flag given that has no effect here."""
     return ServeExtras(pinned_memory_pool_byte_size=args.pinned_memory_pool_byte_size,
                        cuda_memory_pool_byte_size=tuple(args.cuda_memory_pool_byte_size),
-                       min_supported_compute_capability=args.min_supported_compute_capability)
+                       min_supported_compute_capability=args.min_supported_compute_capability,
+                       notes=tuple(no_effect_notes(args)))
+
+
+_NO_GPU = "there is no GPU here"
+# tritonserver's flags that change nothing in infercore, and why (the start-up log says
+# so once for each one given; SageMaker and Vertex AI say so when they are turned on)
+NO_EFFECT = {
+    "enable-peer-access": _NO_GPU,
+    "pinned-memory-pool-byte-size": _NO_GPU,
+    "cuda-memory-pool-byte-size": _NO_GPU,
+    "cuda-virtual-address-size": _NO_GPU,
+    "min-supported-compute-capability": _NO_GPU,
+    "model-load-gpu-limit": _NO_GPU,
+    "allow-gpu-metrics": _NO_GPU,
+    "buffer-manager-thread-count": "tensors are not copied by helper threads here",
+    "grpc-infer-thread-count": "the gRPC frontend has no inference handler threads to size",
+    "grpc-infer-allocation-pool-size": "the gRPC frontend keeps no pool of request states",
+    "grpc-max-response-pool-size": "the gRPC frontend keeps no pool of response objects",
+    "repoagent-directory": "infercore has no repository agents",
+    "cache-directory": "the local cache is built in; no cache library is loaded",
+}
+
+
+def no_effect_notes(args: argparse.Namespace) -> list[str]:
+    """One line for each flag given that changes nothing here, in the order given."""
+    given = dict.fromkeys(getattr(args, "flags_given", ()))
+    return [f"--{name} has no effect here: {NO_EFFECT[name]}" for name in given
+            if name in NO_EFFECT]
 
 
 def deprecation_warnings(args: argparse.Namespace) -> list[str]:
@@ -447,34 +508,50 @@ def deprecation_warnings(args: argparse.Namespace) -> list[str]:
     return warnings
 
 
-def _check_consistency(args: argparse.Namespace) -> None:
-    if args.response_cache_byte_size is not None and args.cache_config:
-        raise InvalidArgumentError(
-            "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
-            "provided. Please provide one or the other.")
-    # ('*' with other names is refused by the server's start, as tritonserver's)
+def check_command_line(args: argparse.Namespace) -> None:
+    """tritonserver's checks after reading the command line, in its order."""
     if args.load_model and args.model_control_mode != ModelControlMode.EXPLICIT.value:
         raise InvalidArgumentError(
             "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' "
             "as well.")
-    if args.repository_poll_secs < 0:
-        raise InvalidArgumentError("--repository-poll-secs must be >= 0")
+    if args.response_cache_byte_size is not None and args.cache_config:
+        raise InvalidArgumentError(
+            "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
+            "provided. Please provide one or the other.")
     _check_ports(args)
 
 
 def _check_ports(args: argparse.Namespace) -> None:
-    """Two enabled services may not listen at one address and port (tritonserver's check)."""
-    services = []
-    if getattr(args, "allow_http", False):
-        services.append(("HTTP", args.http_address, args.http_port))
-    if getattr(args, "allow_grpc", False):
-        services.append(("GRPC", args.grpc_address, args.grpc_port))
-    if getattr(args, "allow_metrics", False):
-        address = args.metrics_address or getattr(args, "http_address", "0.0.0.0")
-        services.append(("metrics", address, args.metrics_port))
-    for i, (name, address, port) in enumerate(services):
-        for other, other_address, other_port in services[i + 1:]:
-            if port and port == other_port and address == other_address:
+    """Two enabled services may not listen at one address and port, and a SageMaker safe
+    port range holds the other services at its address (tritonserver's check, in its
+    order of services)."""
+    # (name, address, port, the range others must keep to or None)
+    services: list[tuple[str, str, int, tuple[int, int] | None]] = []
+    if args.allow_http:
+        services.append(("HTTP", args.http_address, args.http_port, None))
+    if args.allow_grpc:
+        services.append(("GRPC", args.grpc_address, args.grpc_port, None))
+    if args.allow_metrics:
+        services.append(("metrics", args.metrics_address or args.http_address,
+                         args.metrics_port, None))
+    sagemaker_options = sagemaker.options_from_args(args)
+    if sagemaker_options.enabled:
+        services.append(("SageMaker", sagemaker_options.address, sagemaker_options.port,
+                         sagemaker_options.safe_port_range))
+    vertex_options = vertex_ai.options_from_args(args)
+    if vertex_options.enabled:
+        services.append(("Vertex AI", vertex_options.address, vertex_options.port, None))
+    for index, (name, address, port, allowed) in enumerate(services):
+        # a service with a range is checked against every other; the rest against later ones
+        others = services if allowed is not None else services[index + 1:]
+        for other, other_address, other_port, _ in others:
+            if other == name or other_address != address:
+                continue
+            if allowed is not None and not allowed[0] <= other_port <= allowed[1]:
+                raise InvalidArgumentError(
+                    f"The server cannot listen to {other} requests at port {other_port}, "
+                    f"allowed port range is [{allowed[0]}, {allowed[1]}]")
+            if port == other_port and port != 0:  # 0: each gets a free port of its own
                 raise InvalidArgumentError(
                     f"The server cannot listen to {name} requests and {other} requests at "
                     f"the same address and port {address}:{port}")
@@ -499,7 +576,10 @@ def _cache_config(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 
 def _trace_items(args: argparse.Namespace) -> list[str]:
     """The deprecated trace flags as --trace-config items, before the real ones (which win)."""
-    items = [f"level={level}" for level in args.trace_level]
+    # one --trace-level=OFF turns tracing off whatever the others say (tritonserver's
+    # explicit_disable_trace)
+    levels = ["OFF"] if "OFF" in args.trace_level else args.trace_level
+    items = [f"level={level}" for level in levels]
     if args.trace_rate is not None:
         items.append(f"rate={args.trace_rate}")
     if args.trace_count is not None:
@@ -520,23 +600,14 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-_SUPERVISOR_VALUED = ("--supervise-max-restarts", "--supervise-window-secs")
+_SUPERVISOR_FLAGS = ("--supervise", "--supervise-max-restarts=", "--supervise-window-secs=")
 
 
-def _without_supervisor_flags(argv: Sequence[str]) -> list[str]:
-    """A serve command line without the supervisor's own flags (the child's)."""
-    out: list[str] = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-        elif item == "--supervise":
-            pass
-        elif item in _SUPERVISOR_VALUED:
-            skip = True
-        elif not item.startswith(tuple(f"{flag}=" for flag in _SUPERVISOR_VALUED)):
-            out.append(item)
-    return out
+def _without_supervisor_flags(command_line: Sequence[str]) -> list[str]:
+    """The options as read (``--name=value`` each) without the supervisor's own: the
+    child's command line."""
+    return [item for item in command_line
+            if item != _SUPERVISOR_FLAGS[0] and not item.startswith(_SUPERVISOR_FLAGS[1:])]
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -549,16 +620,19 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = normalize_argv(sys.argv[1:] if argv is None else argv)
-    args, unknown = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)
     serve = _subparser(parser, args.command)
-    if unknown:
-        serve.error("unrecognized arguments: " + " ".join(unknown))
     for warning in deprecation_warnings(args):
         print(warning, file=sys.stderr)
     try:
-        options = options_from_args(args)
+        check_command_line(args)
     except TritonError as exc:
         serve.error(exc.message)
+    try:
+        options = _options(args)
+    except TritonError as exc:  # what tritonserver's server options refuse
+        report_creation_failure(exc)
+        return 1
     # Records propagate from the "infercore" logger (whose level the server sets) to this
     # handler, in Triton's line format; other libraries stay at WARNING.
     triton_formatter().log_format = options.log_format
@@ -567,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.supervise:
         logging.getLogger("infercore.supervisor").setLevel(logging.INFO)
         policy = SupervisorPolicy(args.supervise_max_restarts, args.supervise_window_secs)
-        return supervise(serve_command(_without_supervisor_flags(argv[1:])), policy)
+        return supervise(serve_command(_without_supervisor_flags(args.command_line)), policy)
     for directory in args.backend_directory:
         if not Path(directory).is_dir():
             # tritonserver checks the folder only when a model needs a backend from it.

@@ -288,7 +288,8 @@ class BackendThread:
 
 
 def cpu_cores_of(policy: Mapping[str, str], policy_name: str) -> frozenset[int] | None:
-    """The CPU cores a host policy (``cpu-cores=0-3,6``) pins its instances to, if any."""
+    """The CPU cores a host policy (``cpu-cores=0-3,6-6``: ranges, as Triton takes them)
+    pins its instances to, if any."""
     spec = policy.get("cpu-cores", "").strip()
     if not spec:
         if policy.get("numa-node"):
@@ -298,8 +299,12 @@ def cpu_cores_of(policy: Mapping[str, str], policy_name: str) -> frozenset[int] 
     cores: set[int] = set()
     try:
         for part in spec.split(","):
-            first, _, last = part.partition("-")
-            cores.update(range(int(first), int(last or first) + 1))
+            first, dash, last = part.partition("-")
+            if not dash:
+                raise InvalidArgumentError(
+                    "host policy setting 'cpu-cores' format is "
+                    f"'<lower_cpu_core_id>-<upper_cpu_core_id>'. Got {part}")
+            cores.update(range(int(first), int(last) + 1))
     except ValueError:
         raise InvalidArgumentError(
             f"host policy '{policy_name}' has an invalid cpu-cores value '{spec}'"

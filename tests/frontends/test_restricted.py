@@ -41,7 +41,7 @@ def test_grpc_headers_carry_tritons_prefix():
 
 
 @pytest.mark.parametrize("groups, message", [
-    (["health"], "--http-restricted-api option format is '<categories>:<key>=<value>'. "
+    (["health"], "--http-restricted-api option format is '<config name>:<setting>=<value>'. "
                  "Got health"),
     (["health:key"], "option format"),
     ([":k=v"], "option format"),

@@ -183,7 +183,7 @@ def test_host_policy_pins_the_instance_thread(repo, shared):
     shared.go.set()
     first_core = min(os.sched_getaffinity(0))
     options = Options(model_repository=repo.path,
-                      host_policies={"first_core": {"cpu-cores": str(first_core)}})
+                      host_policies={"first_core": {"cpu-cores": f"{first_core}-{first_core}"}})
     with Server(options) as server:
         cores = server.model("obs").infer(inputs=X).result().outputs["CORES"].to_numpy()
         assert cores.tolist() == [first_core]

@@ -225,7 +225,7 @@ def test_poll_reloads_edited_models_while_requests_are_in_flight(tmp_path, scrat
     repo = RepositoryBuilder(tmp_path / "models")
     model_dir = repo.add_model("live", config=config("live"), model_py=model_py(1))
     server = Serve(repo.path, scratch, "--model-control-mode", "poll",
-                   "--repository-poll-secs", "0.1")
+                   "--repository-poll-secs", "1")  # whole seconds, as tritonserver
     try:
         traffic = Traffic(server, "live")
         try:

@@ -101,7 +101,7 @@ def test_metrics_port_of_infercore_serve_counts_http_traffic(serve):
     count = found["nv_inference_count"].samples[0]
     assert (count.labels, count.value) == ({"model": "add_sub", "version": "1"}, 3.0)
     assert "nv_cpu_utilization" in found
-    assert _scrape(metrics_port, "/other")[0] == 404
+    assert _scrape(metrics_port, "/other")[:2] == (200, "text/plain; charset=utf-8")
 
 
 @pytest.fixture

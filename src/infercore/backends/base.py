@@ -433,20 +433,24 @@ def parse_backend_config(items: Iterable[str]) -> dict[str, dict[str, str]]:
     """``--backend-config`` values -> {backend name: {setting: value}}.
 
     Each item is ``<backend>,<setting>=<value>``, or ``<setting>=<value>`` for a setting
-    of every backend (kept under the name "", see ``backend_settings``).
+    of every backend (kept under the name "", see ``backend_settings``), split as
+    tritonserver splits it: the backend name ends at the first ',', the setting at the
+    first '=' after it (so ``a=b,c`` names a backend "a=b" and is refused).
     """
     result: dict[str, dict[str, str]] = {}
     for item in items:
-        head, equals, value = item.partition("=")
-        name, comma, key = head.partition(",")
-        if not comma:
-            name, key = "", head
-        if not equals or not key.strip():
+        comma = item.find(",")
+        equals = item.find("=", comma + 1)
+        if comma == 0:
             raise InvalidArgumentError(
-                f"--backend-config option format is '<backend name>,<setting>=<value>' or "
-                f"'<setting>=<value>', got '{item}'"
-            )
-        result.setdefault(name.strip(), {})[key.strip()] = value
+                "No backend specified. --backend-config option format is <backend name>,"
+                f"<setting>=<value> or <setting>=<value>. Got {item}")
+        setting, value = item[comma + 1:equals], item[equals + 1:]
+        if equals < 0 or not setting or not value:
+            raise InvalidArgumentError(
+                "--backend-config option format is '<backend name>,<setting>=<value>'. "
+                f"Got {item}")
+        result.setdefault(item[:max(comma, 0)], {})[setting] = value
     return result
 
 

@@ -40,7 +40,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ..errors import InvalidArgumentError
 from ..server import Server
-from .flag_types import boolean, int_at_least, port
+from .flag_types import boolean, int_at_least, integer
 from .grpc_bridge import LoopBridge
 from .grpc_core import CoreServer, DirectUnary
 from .grpc_infer import InferService
@@ -112,9 +112,9 @@ class GrpcOptions:
              self.http2_min_recv_ping_interval_without_data_ms),
             ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
         ]
-        if self.max_connection_age_ms:
+        if self.max_connection_age_ms > 0:
             args.append(("grpc.max_connection_age_ms", self.max_connection_age_ms))
-        if self.max_connection_age_grace_ms:
+        if self.max_connection_age_grace_ms > 0:
             args.append(("grpc.max_connection_age_grace_ms", self.max_connection_age_grace_ms))
         return args
 
@@ -139,29 +139,53 @@ class GrpcOptions:
 
 
 # -- flags ---------------------------------------------------------------------------------
+def _compression_level(text: str) -> str:
+    lowered = text.lower()
+    if lowered not in COMPRESSION_LEVELS:
+        raise argparse.ArgumentTypeError(
+            "invalid argument for --grpc_infer_response_compression_level")
+    return lowered
 
+
+def _infer_thread_count(text: str) -> int:
+    value = integer(text)
+    if not 2 <= value <= 128:
+        raise argparse.ArgumentTypeError(
+            "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.")
+    return value
+
+
+def _response_pool_size(text: str) -> int:
+    value = integer(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            "Error: --grpc-max-response-pool-size must be greater than 0.")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """tritonserver's gRPC flags."""
+    """tritonserver's gRPC flags, in its order, then infercore's own."""
     defaults = GrpcOptions()
     group = parser.add_argument_group("GRPC", "The KServe v2 gRPC endpoint with Triton's "
                                        "extensions.")
     add = group.add_argument
     add("--allow-grpc", type=boolean, default=True, metavar="BOOL",
         help="serve gRPC (default true)")
-    add("--grpc-port", type=port, default=defaults.port, metavar="PORT")
     add("--grpc-address", default=defaults.address, metavar="ADDRESS")
+    add("--grpc-port", type=integer, default=defaults.port, metavar="PORT")
     add("--reuse-grpc-port", type=boolean, default=False, metavar="BOOL",
         help="let several servers bind the gRPC port (SO_REUSEPORT)")
     add("--grpc-header-forward-pattern", default="", metavar="REGEX",
-        help="forward request headers whose name matches as inference request parameters")
-    add("--grpc-restricted-protocol", action=GrpcRestrictionAction,
-        default=RestrictedFeatures(), metavar="CATEGORIES:KEY=VALUE",
-        help="answer the methods of these comma-separated categories (health, metadata, "
-             "inference, shared-memory, model-config, model-repository, statistics, trace, "
-             "logging) only for calls with the metadata triton-grpc-protocol-KEY: VALUE; "
-             "repeatable, one group per flag")
+        help="forward request metadata whose key matches (case-insensitively, anywhere in "
+             "the key) as inference request parameters")
+    # Tuning of tritonserver's C++ handlers, which this frontend does not have: checked
+    # as tritonserver checks them, without effect (the start-up log says so).
+    add("--grpc-infer-thread-count", type=_infer_thread_count, default=2, metavar="N",
+        help="tritonserver's inference handler threads (2 to 128); no effect here")
+    add("--grpc-infer-allocation-pool-size", type=integer, default=8, metavar="N",
+        help="tritonserver's pool of request/response states; no effect here")
+    add("--grpc-max-response-pool-size", type=_response_pool_size, default=None, metavar="N",
+        help="tritonserver's limit on queued response objects; no effect here")
     add("--grpc-use-ssl", type=boolean, default=False, metavar="BOOL")
     add("--grpc-use-ssl-mutual", type=boolean, default=False, metavar="BOOL",
         help="TLS with client certificates; implies --grpc-use-ssl")
@@ -169,40 +193,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--grpc-server-key", default="", metavar="PEM")
     add("--grpc-root-cert", default="", metavar="PEM",
         help="CA certificate that client certificates must chain to (mutual TLS)")
-    add("--grpc-infer-response-compression-level", default="none",
-        choices=list(COMPRESSION_LEVELS), metavar="LEVEL",
-        help="compress inference responses: none (default), low, medium or high")
-    add("--grpc-max-message-size", type=int_at_least(1), default=MAX_MESSAGE_SIZE, metavar="BYTES",
-        help="largest message received or sent (infercore flag; tritonserver fixes it at "
-             "2^31-1, the default)")
-    add("--grpc-keepalive-time", type=int_at_least(1), default=defaults.keepalive_time_ms,
+    add("--grpc-infer-response-compression-level", type=_compression_level, default="none",
+        metavar="LEVEL", help="compress inference responses: none (default), low, medium or "
+                              "high")
+    add("--grpc-keepalive-time", type=integer, default=defaults.keepalive_time_ms,
         metavar="MS", help="idle time before a keepalive ping (default 7200000)")
-    add("--grpc-keepalive-timeout", type=int_at_least(1), default=defaults.keepalive_timeout_ms,
+    add("--grpc-keepalive-timeout", type=integer, default=defaults.keepalive_timeout_ms,
         metavar="MS", help="wait for a ping's acknowledgement (default 20000)")
     add("--grpc-keepalive-permit-without-calls", type=boolean, default=False, metavar="BOOL",
         help="allow keepalive pings with no call in flight (default false)")
-    add("--grpc-http2-max-pings-without-data", type=int_at_least(0),
+    add("--grpc-http2-max-pings-without-data", type=integer,
         default=defaults.http2_max_pings_without_data, metavar="N",
         help="pings sent without data before more are held back (0: no limit; default 2)")
-    add("--grpc-http2-min-recv-ping-interval-without-data", type=int_at_least(0),
+    add("--grpc-http2-min-recv-ping-interval-without-data", type=integer,
         default=defaults.http2_min_recv_ping_interval_without_data_ms, metavar="MS",
         help="shorter intervals between received pings are strikes (default 300000)")
-    add("--grpc-http2-max-ping-strikes", type=int_at_least(0),
+    add("--grpc-http2-max-ping-strikes", type=integer,
         default=defaults.http2_max_ping_strikes, metavar="N",
         help="strikes before GOAWAY (0: no limit; default 2)")
-    add("--grpc-max-connection-age", type=int_at_least(0), default=0, metavar="MS",
+    add("--grpc-max-connection-age", type=integer, default=0, metavar="MS",
         help="close connections older than this (default: no limit)")
-    add("--grpc-max-connection-age-grace", type=int_at_least(0), default=0, metavar="MS",
+    add("--grpc-max-connection-age-grace", type=integer, default=0, metavar="MS",
         help="time for a connection's calls to end after its max age (default: no limit)")
+    add("--grpc-restricted-protocol", action=GrpcRestrictionAction,
+        default=RestrictedFeatures(), metavar="CATEGORIES:KEY=VALUE",
+        help="answer the methods of these comma-separated categories (health, metadata, "
+             "inference, shared-memory, model-config, model-repository, statistics, trace, "
+             "logging) only for calls with the metadata triton-grpc-protocol-KEY: VALUE; "
+             "repeatable, one group per flag")
+    add("--grpc-max-message-size", type=int_at_least(1), default=MAX_MESSAGE_SIZE,
+        metavar="BYTES", help="largest message received or sent (infercore's own flag; "
+                              "tritonserver fixes it at 2^31-1, the default)")
     add("--grpc-transport", default="core", choices=TRANSPORTS, metavar="TRANSPORT",
         help="core (default): calls are taken from gRPC core on a thread of their own; "
-             "aio: grpc.aio's server (slower; infercore flag)")
-    # Tuning knobs of tritonserver's C++ handlers, which this frontend does not have:
-    # accepted so that tritonserver command lines keep working, without effect.
-    for flag in ("--grpc-infer-allocation-pool-size", "--grpc-infer-thread-count",
-                 "--grpc-max-response-pool-size"):
-        add(flag, type=int_at_least(1), default=None, metavar="N",
-            help="accepted for compatibility; no effect")
+             "aio: grpc.aio's server (slower; infercore's own flag)")
 
 
 def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:

@@ -33,6 +33,7 @@ from ..server import Server
 from .grpc_codec import DecodedRequest, decode_request, parse_version
 from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
+from .header_forward import compile_forward_pattern
 from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
 
@@ -95,7 +96,8 @@ class InferService:
         self._server = server
         self._shm = shm
         self._compression = compression
-        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._forward = compile_forward_pattern(header_forward_pattern,
+                                                "grpc-header-forward-pattern")
         self._reply_metadata = compression_metadata(compression)
 
     @property

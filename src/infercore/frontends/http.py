@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..server import Server
 from .busy_poll import BusyPoll
-from .flag_types import boolean, int_at_least, port
+from .flag_types import boolean, int_at_least, integer
 from .http_protocol import ConnectionSet, HttpConnection
 from .http_routes import HttpRouter
 from .loop_thread import LoopThreadFrontend
@@ -61,36 +61,24 @@ class HttpOptions:
 
 
 
-_POSITIVE = int_at_least(1)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """tritonserver's HTTP flags."""
+    """tritonserver's HTTP flags, in its order, then infercore's own."""
     group = parser.add_argument_group("HTTP", "The KServe v2 HTTP/REST endpoint with Triton's "
                                        "extensions.")
     group.add_argument("--allow-http", type=boolean, default=True, metavar="BOOL",
                        help="serve HTTP/REST (default true)")
-    group.add_argument("--http-port", type=port, default=8000, metavar="PORT")
     group.add_argument("--http-address", default="0.0.0.0", metavar="ADDRESS")
+    group.add_argument("--http-port", type=integer, default=8000, metavar="PORT")
     group.add_argument("--reuse-http-port", type=boolean, default=False, metavar="BOOL",
                        help="let several servers bind the HTTP port (SO_REUSEPORT)")
     group.add_argument(
-        "--http-thread-count", type=_POSITIVE, default=8, metavar="N",
-        help="threads for blocking endpoints (model load/unload); requests are served by "
-             "one event-loop thread")
-    group.add_argument(
-        "--http-max-input-size", type=_POSITIVE, default=DEFAULT_MAX_INPUT_SIZE,
-        metavar="BYTES", help="largest accepted request body, after decompression "
-                              "(default 64 MiB)")
-    group.add_argument(
-        "--http-busy-poll-us", type=int_at_least(0, at_most=MAX_BUSY_POLL_US),
-        default=DEFAULT_BUSY_POLL_US, metavar="MICROSECONDS",
-        help="after reading a request or writing a response, the event loop polls for "
-             "this long instead of sleeping, to answer quick events without a wake-up; "
-             f"0 turns it off (default {DEFAULT_BUSY_POLL_US}; infercore's own flag)")
-    group.add_argument(
         "--http-header-forward-pattern", default="", metavar="REGEX",
-        help="forward request headers whose name matches as inference request parameters")
+        help="forward request headers whose name matches (case-insensitively, anywhere in "
+             "the name) as inference request parameters")
+    group.add_argument(
+        "--http-thread-count", type=integer, default=8, metavar="N",
+        help="threads for blocking endpoints (model load/unload; at least 1); requests are "
+             "served by one event-loop thread")
     group.add_argument(
         "--http-restricted-api", action=HttpRestrictionAction, default=RestrictedFeatures(),
         metavar="CATEGORIES:KEY=VALUE",
@@ -98,13 +86,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "inference, shared-memory, model-config, model-repository, statistics, trace, "
              "logging) only for requests with the header KEY: VALUE; repeatable, one group "
              "per flag")
+    group.add_argument(
+        "--http-max-input-size", type=int_at_least(1), default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="BYTES", help="largest accepted request body, after decompression "
+                              "(default 64 MiB; infercore's own flag)")
+    group.add_argument(
+        "--http-busy-poll-us", type=int_at_least(0, at_most=MAX_BUSY_POLL_US),
+        default=DEFAULT_BUSY_POLL_US, metavar="MICROSECONDS",
+        help="after reading a request or writing a response, the event loop polls for "
+             "this long instead of sleeping, to answer quick events without a wake-up; "
+             f"0 turns it off (default {DEFAULT_BUSY_POLL_US}; infercore's own flag)")
 
 
 def from_args(server: Server, args: argparse.Namespace) -> HttpFrontend | None:
     if not args.allow_http:
         return None
     return HttpFrontend(server, HttpOptions(
-        address=args.http_address, port=args.http_port, thread_count=args.http_thread_count,
+        address=args.http_address, port=args.http_port,
+        thread_count=max(1, args.http_thread_count),  # tritonserver takes 0 and less too
         max_input_size=args.http_max_input_size,
         header_forward_pattern=args.http_header_forward_pattern,
         reuse_port=args.reuse_http_port, restricted=args.http_restricted_api,

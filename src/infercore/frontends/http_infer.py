@@ -16,13 +16,13 @@ failed, an output cannot be sent) are ``text/plain`` again, as Triton sends them
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from ..errors import InternalError, TritonError, UnsupportedError
 from ..response import InferResponse
 from ..server import Server
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
+from .header_forward import compile_forward_pattern
 from .http_decode import DecodedInfer, decode_infer, parse_header_length, raw_infer
 from .http_encode import encode_infer
 from .http_header_cache import HeaderCache
@@ -58,7 +58,8 @@ class InferHandler:
         self._busy_poll = busy_poll
         self._shm = shm
         self._max_input_size = max_input_size
-        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._forward = compile_forward_pattern(header_forward_pattern,
+                                                "http-header-forward-pattern")
         self._headers = HeaderCache()
 
     async def infer(self, request: HttpRequest, model: str, version: int) -> HttpResponse:

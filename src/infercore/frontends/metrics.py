@@ -26,7 +26,7 @@ import httptools
 from ..errors import InvalidArgumentError
 from ..metrics import parse_metrics_config
 from ..server import Server
-from .flag_types import boolean, int_at_least, port
+from .flag_types import boolean, integer
 
 __all__ = ["MetricsFrontend", "add_arguments", "from_args", "options_from_args"]
 
@@ -48,14 +48,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="nv_cpu_* metrics from /proc (default true)")
     group.add_argument("--metrics-address", default=None, metavar="ADDRESS",
                        help="default: the --http-address (as tritonserver)")
-    group.add_argument("--metrics-port", type=port, default=8002,
-                       metavar="PORT")
-    group.add_argument("--metrics-interval-ms", type=int_at_least(1), default=2000,
-                       metavar="MS", help="how often CPU metrics are re-read (default 2000)")
+    group.add_argument("--metrics-port", type=integer, default=8002, metavar="PORT")
+    # tritonserver reads the interval as an integer, though its help says float
+    group.add_argument("--metrics-interval-ms", type=integer, default=2000, metavar="MS",
+                       help="how often CPU metrics are re-read (default 2000)")
     group.add_argument("--metrics-config", action="append", default=[],
-                       metavar="SETTING=VALUE",
+                       type=_metrics_setting, metavar="SETTING=VALUE",
                        help="counter_latencies, summary_latencies, summary_quantiles, "
                             "histogram_latencies (repeatable)")
+
+
+def _metrics_setting(text: str) -> str:
+    """One --metrics-config value, refused as tritonserver's parser refuses it."""
+    try:
+        parse_metrics_config([text])
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +76,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "metrics": args.allow_metrics,
         "gpu_metrics": args.allow_gpu_metrics,
         "cpu_metrics": args.allow_cpu_metrics,
-        "metrics_interval": args.metrics_interval_ms,
+        # tritonserver takes 0 and less; an interval is at least a millisecond here
+        "metrics_interval": max(1, args.metrics_interval_ms),
         "metrics_configuration": parse_metrics_config(args.metrics_config),
     }
 
@@ -215,11 +225,12 @@ class _Connection(asyncio.Protocol):
         path = httptools.parse_url(url).path
         method = self._parser.get_method()
         keep_alive = self._parser.should_keep_alive()
-        if path != b"/metrics":
-            self._respond(404, b"not found\n", close=not keep_alive)
-        elif method not in (b"GET", b"HEAD"):
-            self._respond(405, b"method not allowed\n", close=not keep_alive,
-                          extra=b"Allow: GET, HEAD\r\n")
+        # as Triton's metrics server: GET only, and any other path an empty 200
+        if method != b"GET":
+            self._respond(405, b'{"error":"Method Not Allowed"}', close=not keep_alive,
+                          content_type=b"text/plain")
+        elif path != b"/metrics":
+            self._respond(200, b"", close=not keep_alive)
         else:
             try:
                 body = self._frontend._render()
@@ -227,20 +238,18 @@ class _Connection(asyncio.Protocol):
                 logger.exception("rendering metrics failed")
                 self._respond(500, b"failed to render metrics\n", close=not keep_alive)
                 return
-            self._respond(200, body, close=not keep_alive, head=method == b"HEAD",
-                          content_type=_CONTENT_TYPE)
+            self._respond(200, body, close=not keep_alive, content_type=_CONTENT_TYPE)
 
-    def _respond(self, status: int, body: bytes, *, close: bool, head: bool = False,
-                 content_type: bytes = b"text/plain; charset=utf-8",
-                 extra: bytes = b"") -> None:
+    def _respond(self, status: int, body: bytes, *, close: bool,
+                 content_type: bytes = b"text/plain; charset=utf-8") -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found",
-                  405: b"Method Not Allowed", 500: b"Internal Server Error"}[status]
-        header = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n"
-                  % (status, reason, content_type, len(body), extra,
+        reason = {200: b"OK", 400: b"Bad Request", 405: b"Method Not Allowed",
+                  500: b"Internal Server Error"}[status]
+        header = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n"
+                  % (status, reason, content_type, len(body),
                      b"Connection: close\r\n" if close else b""))
-        transport.write(header if head else header + body)
+        transport.write(header + body)
         if close:
             transport.close()

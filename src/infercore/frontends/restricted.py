@@ -147,7 +147,7 @@ def _split_group(text: str, option: str) -> tuple[str, str, str]:
     key, equals, value = setting.partition("=")
     if not (colon and equals and names and key and value):
         raise InvalidArgumentError(
-            f"--{option} option format is '<categories>:<key>=<value>'. Got {text}")
+            f"--{option} option format is '<config name>:<setting>=<value>'. Got {text}")
     return names, key, value
 
 

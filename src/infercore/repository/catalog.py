@@ -110,8 +110,7 @@ class ModelCatalog:
         if len(repositories) > 1:
             return InvalidArgumentError(
                 f"There are {len(repositories)} identifiers of model '{name}' in global map, "
-                "model namespace must be provided to resolve ambiguity. It is in the "
-                f"repositories {', '.join(repositories)}")
+                "model namespace must be provided to resolve ambiguity.")
         if name in self._known:  # NOT_FOUND too, as Triton (tests/conformance metadata)
             return NotFoundError(
                 f"Request for unknown model: '{name}' has no available versions")

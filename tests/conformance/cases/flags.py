@@ -191,8 +191,19 @@ CHOICES = [
     bad("cache_config_empty_value", "--cache-config=local,size="),
     bad("cache_config_and_byte_size", "--response-cache-byte-size=100",
         "--cache-config=local,size=100"),
-    bad("cache_config_size_word", "--cache-config=local,size=big"),
-    bad("cache_config_unknown_cache", "--cache-config=redis,host=localhost"),
+    bad("cache_config_size_word", "--cache-config=local,size=big", startup_departure=(
+        "the same failure at the same point (creating the server), in infercore's words: "
+        "Triton's 'stoull' is the name of the C++ function that threw"), startup_expect={
+        "exit": 1, "error_line": "error: creating server: Invalid argument - invalid size "
+                                 "'big' for the local cache: expected a number of bytes"}),
+    bad("cache_config_unknown_cache", "--cache-config=redis,host=localhost",
+        startup_departure=(
+            "the same failure at the same point (creating the server): infercore has no "
+            "cache libraries to search for, and says it has only the local cache"),
+        startup_expect={
+            "exit": 1, "error_line": "error: creating server: Invalid argument - unsupported "
+                                     "cache implementation 'redis': infercore has only the "
+                                     "'local' cache (--cache-config local,size=<bytes>)"}),
     bad("host_policy_no_setting", "--host-policy=pol"),
     bad("host_policy_empty_name", "--host-policy=,numa-node=0"),
     bad("host_policy_empty_value", "--host-policy=pol,cpu-cores="),
@@ -328,6 +339,8 @@ def _readiness(name: str, *flags: str, wait_ready: bool = True) -> Suite:
 
 
 READINESS = [
+    Suite("flags_exit_on_error_false", AREA, [add_sub(), broken()], ["--exit-on-error=false"],
+          [Case("index", [INDEX, GRPC_INDEX])], wait_ready=False),
     _readiness("strict_readiness_false", "--strict-readiness=false"),
     _readiness("strict_readiness_off_uppercase", "--strict-readiness=OFF"),
     _readiness("strict_readiness_zero_space", "--strict-readiness", "0"),
@@ -364,7 +377,10 @@ ENDPOINTS = [
     Suite("flags_metrics_port", AREA, flags=own_ports(
         "--allow-http=false", "--metrics-address=127.0.0.1", "--metrics-port={http_port}"),
         ports=False, wait_ports=["{http_port}", "{grpc_port}"],
-        cases=[Case("metrics_other_path", [Http("GET", "/v2/health/live")])]),
+        cases=[Case("metrics_other_path", [Http("GET", "/v2/health/live"), Http("GET", "/"),
+                                           Http("GET", "/metrics/x")]),
+               Case("metrics_other_method", [Http("POST", "/metrics"),
+                                             Http("PUT", "/v2/health/live")])]),
     Suite("flags_allow_metrics_false", AREA, flags=own_ports(
         "--allow-http=false", "--allow-metrics=false", "--metrics-port={http_port}"),
         ports=False, cases=[Case("metrics_refused", [Http("GET", "/metrics")]),
@@ -544,19 +560,9 @@ class TritonPythonModel:
 '''
 _AUTO = python_model("auto", 'name: "auto"\nbackend: "python"\n', _AUTO_PY)
 _AUTO_CONFIG = Http("GET", "/v2/models/auto/config")
-_ALT = Model("alt", '''
-name: "alt"
-backend: "python"
-max_batch_size: 2
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-''', {"1/model.py": add_sub().files["1/model.py"], "configs/h100.pbtxt": '''
-name: "alt"
-backend: "python"
-max_batch_size: 4
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-'''})
+_ALT_DEFAULT, _ALT_H100 = add_sub("alt", max_batch_size=2), add_sub("alt", max_batch_size=4)
+_ALT = Model("alt", _ALT_DEFAULT.config,
+             {**_ALT_DEFAULT.files, "configs/h100.pbtxt": _ALT_H100.config or ""})
 CONFIGS = [
     Suite("flags_auto_complete", AREA, [_AUTO], [], [Case("config", [_AUTO_CONFIG])]),
     Suite("flags_disable_auto_complete", AREA, [_AUTO], ["--disable-auto-complete-config"],
