@@ -16,29 +16,9 @@ single-valued flag wins.
 from __future__ import annotations
 
 from ..case import Case, Grpc, Http, Model, Suite
-from ..models import add_sub, python_model
+from ..models import add_sub, broken, python_model
 
 AREA = "flags"
-
-_BROKEN_PY = '''
-class TritonPythonModel:
-    def initialize(self, args):
-        raise RuntimeError("this model never loads")
-
-    def execute(self, requests):
-        return []
-'''
-
-
-def broken(name: str = "broken") -> Model:
-    return python_model(name, f'''
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-''', _BROKEN_PY)
-
 
 def bad(name: str, *flags: str, models: tuple[Model, ...] = (), **options) -> Suite:
     """A start-up suite: ``flags`` added to the usual repository and ports."""
