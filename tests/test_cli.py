@@ -450,7 +450,7 @@ def test_main_builds_options_warns_and_serves(monkeypatch, capsys, caplog, tmp_p
     assert [m.__name__.rsplit(".", 1)[1] for m in served["modules"]] == [
         "http", "grpc", "sagemaker", "vertex_ai", "metrics"]
     assert served["extras"].notes == (
-        "--pinned-memory-pool-byte-size has no effect here: there is no GPU here",)
+        "--pinned-memory-pool-byte-size has no effect here: no GPU is used",)
     err = capsys.readouterr().err
     assert "'--strict-model-config' has been deprecated" in err
     # tritonserver checks a backend folder only when a model needs it: a warning, no error

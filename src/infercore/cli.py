@@ -452,7 +452,7 @@ def serve_extras(args: argparse.Namespace) -> ServeExtras:
                        notes=tuple(no_effect_notes(args)))
 
 
-_NO_GPU = "there is no GPU here"
+_NO_GPU = "no GPU is used"
 # tritonserver's flags that change nothing in infercore, and why (the start-up log says
 # so once for each one given; SageMaker and Vertex AI say so when they are turned on)
 NO_EFFECT = {
