@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from infercore import InvalidArgumentError
+from infercore import InternalError, InvalidArgumentError
 from infercore.cache import ResponseCache, request_key
 from infercore.tensor import DataType, MemoryType, Tensor
 
@@ -199,13 +199,18 @@ def test_config_gives_a_local_cache_or_none():
     ({"redis": {"host": "localhost"}}, "unsupported cache implementation 'redis'"),
     ({"local": {"size": "1"}, "redis": {}}, "unsupported cache implementation 'redis'"),
     ({"local": {}}, "needs a size"),
-    ({"local": {"size": "lots"}}, "invalid size 'lots'"),
     ({"local": {"size": "-5"}}, "cannot be negative"),
     ({"local": {"size": "10", "policy": "fifo"}}, "unknown setting 'policy'"),
 ])
 def test_bad_config_is_refused_with_a_clear_error(config, message):
     with pytest.raises(InvalidArgumentError, match=message):
         ResponseCache.from_config(config)
+
+
+def test_a_size_that_is_no_number_is_refused_in_tritons_words():
+    # recorded from Triton 2.51: tests/conformance flags_cache_config_size_word
+    with pytest.raises(InternalError, match="^Failed to initialize LocalCache: stoull$"):
+        ResponseCache.from_config({"local": {"size": "lots"}})
 
 
 def test_a_cache_needs_a_positive_size():

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .errors import InternalError, InvalidArgumentError
 from .request import InferRequest
 from .response import ResponseSender
 from .tensor import DataType, MemoryType, Tensor
@@ -125,9 +125,8 @@ class ResponseCache:
         try:
             size = int(text)
         except ValueError:
-            raise InvalidArgumentError(
-                f"invalid size '{text}' for the {LOCAL} cache: expected a number of bytes"
-            ) from None
+            # Triton's words: its local cache reads the size with std::stoull
+            raise InternalError("Failed to initialize LocalCache: stoull") from None
         if size < 0:
             raise InvalidArgumentError(
                 f"invalid size '{text}' for the {LOCAL} cache: it cannot be negative")
