@@ -274,9 +274,8 @@ def test_inconsistent_flags_are_usage_errors_from_main(capsys):
 def test_settings_the_server_refuses_end_as_tritonserver_does(capsys):
     # Options refuse it: "error: creating server: ..." as tritonserver's last words
     assert cli.main(["serve", "--cache-config=local,size=big"]) == 1
-    assert capsys.readouterr().err == ("error: creating server: Invalid argument - invalid "
-                                       "size 'big' for the local cache: expected a number "
-                                       "of bytes\n")
+    assert capsys.readouterr().err == ("error: creating server: Internal - Failed to "
+                                       "initialize LocalCache: stoull\n")
 
 
 # tritonserver clamps these; its parser takes them

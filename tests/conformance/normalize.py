@@ -37,6 +37,8 @@ RULES = ("run_values", "durations", "timestamps", "server_version", "log_line_st
          "log_prefix", "program_name")
 
 _DURATION_KEYS = re.compile(r"(^|_)ns$")
+# bytes written as hex or a hash (wire._bytes_digest): no run value is spelled out there
+_DIGESTS = frozenset({"hex", "sha256"})
 _PROGRAM = re.compile(r"^(\S*tritonserver|infercore serve|infercore): ")
 _STAMP_DEFAULT = re.compile(r"^([IWEV])\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ ")
 _STAMP_ISO8601 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ([IWEV]) \d+ ")
@@ -70,9 +72,13 @@ def _walk(value: Any, substitutions: list[tuple[str, str]], key: str | None) -> 
     if isinstance(value, str) and key == "log_lines":  # log_line_stamps
         value = _STAMP_DEFAULT.sub(r"\1<mmdd> <hh:mm:ss.us> <pid> ", value)
         value = _STAMP_ISO8601.sub(r"<iso8601> \1 <pid> ", value)
-    if isinstance(value, str):
+    if isinstance(value, str) and key not in _DIGESTS:
         for real, placeholder in substitutions:  # run_values
-            if real:
+            if not real:
+                continue
+            if real.isdigit():  # a port: a whole number only, never digits of another
+                value = re.sub(rf"(?<!\d){real}(?!\d)", placeholder, value)
+            else:
                 value = value.replace(real, placeholder)
         return value
     return value
