@@ -163,7 +163,9 @@ class Suite:
     before they start (a server may open one port a moment after another).
     ``infercore_flags`` go to infercore alone, after ``flags``: flags current Triton has
     and Triton 2.51 refuses as unknown (``--allow-client-shm=true`` for the suites that use
-    shared memory), so both servers are asked for the same behaviour."""
+    shared memory), so both servers are asked for the same behaviour. ``env``: environment
+    variables both servers start with (placeholders filled in), for settings tritonserver
+    reads from its environment (SageMaker's and Vertex AI's)."""
 
     name: str
     area: str
@@ -171,6 +173,7 @@ class Suite:
     flags: Sequence[str] = ()
     cases: Sequence[Case] = ()
     infercore_flags: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
     startup: bool = False
     ports: bool = True
     wait_ports: Sequence[str] = ()

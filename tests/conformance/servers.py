@@ -4,8 +4,8 @@ Both get the same repository (written from the suite's models into a fresh tempo
 directory), the same flags, and ports drawn afresh; Triton is started from the shared
 bench's installation (``../shared/bench``: ``setup.sh`` then ``env.sh``'s layout) with its
 backends and caches directories, the only flags infercore does not get (infercore alone
-gets the suite's ``infercore_flags``). A server's output goes to a log file in its
-temporary directory, read for start-up cases.
+gets the suite's ``infercore_flags``); both get the suite's ``env``. A server's output
+goes to a log file in its temporary directory, read for start-up cases.
 """
 
 from __future__ import annotations
@@ -139,9 +139,10 @@ def start_server(suite: Suite, kind: ServerKind) -> RunningServer:
     if kind.name == "infercore":
         argv += [endpoint.fill(flag) for flag in suite.infercore_flags]
     log_path = workdir / "server.log"
+    env = {**os.environ, **kind.env, **{k: endpoint.fill(v) for k, v in suite.env.items()}}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-                                   env={**os.environ, **kind.env}, start_new_session=True)
+                                   env=env, start_new_session=True)
     server = RunningServer(suite, kind, endpoint, process, log_path, workdir)
     _wait_started(server)
     return server
