@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -382,6 +383,33 @@ class Server(StartStop):
         self._require_explicit()
         self._manager.unload(name, timeout=self._exit_timeout,
                              unload_dependents=unload_dependents)
+
+    def register_model_repository(self, repository_path: str | Path,
+                                  name_mapping: Mapping[str, str] | None = None) -> None:
+        """Serve one more model repository, as Triton's repository registration does.
+
+        Only in EXPLICIT model control mode; nothing is loaded (``load`` does that).
+        ``name_mapping`` maps subdirectories of the repository to the model names they are
+        loaded under (their configs' names are replaced by these).
+        """
+        self._require_running()
+        if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise UnsupportedError(
+                "repository registration is not allowed if model control mode is not "
+                "EXPLICIT")
+        if not str(repository_path):  # Path("") would be the working directory
+            raise InvalidArgumentError("failed to register '', repository not found")
+        self._manager.register_repository(Path(repository_path), dict(name_mapping or {}))
+
+    def unregister_model_repository(self, repository_path: str | Path) -> None:
+        """Stop serving a registered repository's models by name; those loaded stay
+        loaded. Only in EXPLICIT model control mode."""
+        self._require_running()
+        if self.options.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise UnsupportedError(
+                "repository unregistration is not allowed if model control mode is not "
+                "EXPLICIT")
+        self._manager.unregister_repository(Path(repository_path))
 
     def poll_model_repository(self) -> None:
         """Apply the repository's changes now (POLL mode), as the poller does each

@@ -6,6 +6,10 @@ model whose name is a version number holds that version's files:
     <repository>/<model>/config.pbtxt
     <repository>/<model>/<version>/<default_model_filename>
 
+A repository registered at run time may map some of its subdirectories to other model
+names (Triton's ``TRITONSERVER_ServerRegisterModelRepository``): such a folder is that
+model, under that name only, whatever its config names.
+
 Everything here reads the filesystem and returns values; nothing is loaded or cached. The
 repository manager builds on it.
 """
@@ -55,6 +59,9 @@ class ModelSource:
     name: str
     path: Path
     repository: Path
+    # the name comes from a repository's mapping, not from the folder: the config's name
+    # is replaced by it (Triton sets the config name of a mapped model)
+    mapped: bool = False
 
 
 def check_model_name(name: str) -> None:
@@ -104,12 +111,15 @@ def scan_repositories(
     return models, problems
 
 
-def find_models(repositories: Sequence[Path | str]) -> dict[str, list[ModelSource]]:
+def find_models(repositories: Sequence[Path | str],
+                mappings: Mapping[Path, Mapping[str, str]] | None = None,
+                ) -> dict[str, list[ModelSource]]:
     """Every model folder of every repository: name -> its sources in repository order.
 
     A name with more than one source is in several repositories (allowed only with model
     namespacing). Sorted by name; plain files are skipped (hidden folders are not, as in
-    Triton); a repository listed twice is scanned once.
+    Triton); a repository listed twice is scanned once. ``mappings`` (repository ->
+    subdirectory -> model name) renames the mapped folders of a repository.
 
     Raises:
         InvalidArgumentError: a repository does not exist, is not a directory or can't be
@@ -132,8 +142,11 @@ def find_models(repositories: Sequence[Path | str]) -> dict[str, list[ModelSourc
 
     found: dict[str, list[ModelSource]] = {}
     for root in roots:
-        for name in _subdirectories(root):
-            found.setdefault(name, []).append(ModelSource(name, root / name, root))
+        renames = (mappings or {}).get(root, {})
+        for folder in _subdirectories(root):
+            name = renames.get(folder, folder)
+            found.setdefault(name, []).append(
+                ModelSource(name, root / folder, root, mapped=folder in renames))
     return dict(sorted(found.items()))
 
 

@@ -144,6 +144,8 @@ class ModelLoader:
                 )
             except TritonError as exc:
                 raise PollFailed(exc) from exc
+        if config is not None and source.mapped:
+            config.name = name  # a mapped folder is the model it is mapped to
         if config is None:
             if self._strict:
                 raise PollFailed(InvalidArgumentError(

@@ -29,6 +29,9 @@ repository manager:
   or blank name, no '..' or '/'); any other name simply finds no model folder.
 - The index lists the model folders of the repositories: a model loaded from override
   files alone is served but not listed.
+- Repositories may be registered and unregistered while serving (Triton's repository
+  registration, which SageMaker's multi-model endpoint uses), with some of their folders
+  mapped to other model names; unregistering leaves loaded models loaded.
 - Loading an ensemble first loads the models its steps use. Unloading a model first
   unloads the ensembles using it (they load again when it comes back);
   ``unload_dependents`` also unloads the steps of an unloaded ensemble that were loaded
@@ -55,7 +58,13 @@ from threading import Lock, RLock
 
 from tritonclient.grpc import model_config_pb2
 
-from ..errors import InternalError, InvalidArgumentError, NotFoundError, TritonError
+from ..errors import (
+    AlreadyExistsError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    TritonError,
+)
 from ..memory import release_memory
 from ..model import LoadedModel, ModelEnvironment
 from ..request import InferRequest
@@ -121,6 +130,9 @@ class RepositoryManager:
         unload_timeout: float = 30.0,
     ) -> None:
         self._repositories = tuple(repositories)
+        # registered repositories' folders mapped to model names: repository -> folder
+        # -> name (changed under _control and _lock, read by index at any time)
+        self._mappings: dict[Path, dict[str, str]] = {}
         self._infer = infer
         self._namespacing = namespacing
         self._load_thread_count = load_thread_count
@@ -148,7 +160,7 @@ class RepositoryManager:
         of each version; models never loaded appear by name alone."""
         rows = self.states.index()
         try:
-            found = find_models(self._repositories)
+            found = find_models(self._repositories, self._mappings)
         except TritonError:
             found = {}
         duplicated = set() if self._namespacing else {n for n, s in found.items() if len(s) > 1}
@@ -200,7 +212,7 @@ class RepositoryManager:
         with self._control:
             sources: dict[ModelKey, ModelSource] = {}
             duplicates: set[str] = set()
-            for name, found in find_models(self._repositories).items():
+            for name, found in find_models(self._repositories, self._mappings).items():
                 if self._namespacing or len(found) == 1:
                     for source in found:
                         sources[(self._namespace(source), name)] = source
@@ -216,6 +228,48 @@ class RepositoryManager:
                 self._sources = sources
                 self._duplicates = frozenset(duplicates)
             return sources
+
+    def register_repository(self, repository: Path, mapping: Mapping[str, str]) -> None:
+        """Add a repository, ``mapping`` its subdirectories (folder -> model name) to the
+        names they are loaded under, as Triton registers one; nothing is loaded.
+
+        Raises:
+            InvalidArgumentError: ``repository`` is not a directory.
+            AlreadyExistsError: it is registered already, or a name is mapped already.
+        """
+        if not repository.is_dir():
+            raise InvalidArgumentError(
+                f"failed to register '{repository}', repository not found")
+        with self._control:
+            if repository in self._repositories:
+                raise AlreadyExistsError(
+                    f"model repository '{repository}' has already been registered")
+            mapped = {name for renames in self._mappings.values() for name in renames.values()}
+            for name in mapping.values():
+                if name in mapped:
+                    raise AlreadyExistsError(
+                        f"failed to register '{name}', there is a conflicting mapping for "
+                        f"'{name}'")
+            with self._lock:
+                self._repositories = (*self._repositories, repository)
+                if mapping:
+                    self._mappings[repository] = dict(mapping)
+        logger.info("Model repository registered: %s", repository)
+
+    def unregister_repository(self, repository: Path) -> None:
+        """Remove a repository and its mappings; its loaded models stay loaded.
+
+        Raises:
+            InvalidArgumentError: ``repository`` is not registered.
+        """
+        with self._control:
+            if repository not in self._repositories:
+                raise InvalidArgumentError(
+                    f"failed to unregister '{repository}', repository not found")
+            with self._lock:
+                self._repositories = tuple(r for r in self._repositories if r != repository)
+                self._mappings.pop(repository, None)
+        logger.info("Model repository unregistered: %s", repository)
 
     def _keys_named(self, name: str) -> list[ModelKey]:
         """The repository models called ``name``, for a load by name."""
