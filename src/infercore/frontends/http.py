@@ -12,6 +12,9 @@ connections, let in-flight requests finish until the timeout, then cancel what i
 (which cancels the inference requests), close the loop and join the threads.
 
 States: created -> started (listening) -> stopped. A stopped frontend cannot restart.
+
+The SageMaker and Vertex AI frontends (sagemaker.py, vertex_ai.py) are HttpFrontends with
+their own routes (``_handler``), inference framing (``dialect``) and request headers.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ import argparse
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..server import Server
 from .busy_poll import BusyPoll
 from .flag_types import boolean, int_at_least, integer
-from .http_protocol import ConnectionSet, HttpConnection
-from .http_routes import HttpRouter
+from .http_infer import KSERVE, InferDialect
+from .http_messages import HttpRequest
+from .http_protocol import WANTED_HEADERS, ConnectionSet, HttpConnection
+from .http_routes import HttpRouter, Result
 from .loop_thread import LoopThreadFrontend
 from .restricted import HttpRestrictionAction, RestrictedFeatures, guard_http
 from .shm import SystemSharedMemory, for_clients
@@ -116,12 +122,15 @@ class HttpFrontend(LoopThreadFrontend):
     kind = "http"
     label = "HTTP"
     service_name = "HTTPService"
+    # what the SageMaker and Vertex AI frontends, built on this one, change
+    dialect: InferDialect = KSERVE
+    wanted_headers: frozenset[bytes] = WANTED_HEADERS
 
     def __init__(self, server: Server, options: HttpOptions | None = None,
                  shared_memory: SystemSharedMemory | None = None) -> None:
         self.options = options or HttpOptions()
         super().__init__(self.options.address, self.options.thread_count,
-                         "infercore-http-admin")
+                         f"infercore-{self.kind}-admin")
         self._server = server
         # HTTP and gRPC see the same registered regions: one registry per server.
         self._shm = for_clients(server, self.options.allow_client_shm, shared_memory)
@@ -129,6 +138,10 @@ class HttpFrontend(LoopThreadFrontend):
     def __enter__(self) -> HttpFrontend:
         self.start()
         return self
+
+    def _handler(self, router: HttpRouter) -> Callable[[HttpRequest], Result]:
+        """What answers each request (on the loop thread): the KServe routes here."""
+        return router.handle
 
     async def _serve(self) -> None:
         options = self.options
@@ -144,15 +157,17 @@ class HttpFrontend(LoopThreadFrontend):
         router = HttpRouter(self._server, self._shm, self._executor,
                             max_input_size=options.max_input_size,
                             header_forward_pattern=options.header_forward_pattern,
-                            busy_poll=busy_poll)
+                            busy_poll=busy_poll, dialect=self.dialect)
         # The restricted header is not among those the connection reads by default.
         keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
-        handle = guard_http(router.handle, options.restricted)
+        handle = guard_http(self._handler(router), options.restricted)
+        wanted = self.wanted_headers
 
         def connection() -> HttpConnection:
             return HttpConnection(handle, connections,
                                   max_input_size=options.max_input_size,
-                                  keep_raw_headers=keep_raw, busy_poll=busy_poll)
+                                  keep_raw_headers=keep_raw, busy_poll=busy_poll,
+                                  wanted_headers=wanted)
 
         listener = await asyncio.get_running_loop().create_server(
             connection, options.address or None, options.port, reuse_address=True,

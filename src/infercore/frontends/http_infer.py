@@ -11,14 +11,21 @@ As in Triton, the model is looked up (a decoupled one refused) and the headers r
 the body, and those errors are answered ``text/plain``; errors found in the body or by the
 model's validator are ``application/json``; errors of the answer itself (the model
 failed, an output cannot be sent) are ``text/plain`` again, as Triton sends them.
+
+An ``InferDialect`` says how a frontend frames bodies: KServe's (the size of the JSON
+header of a binary body in ``Inference-Header-Content-Length``, compression honoured) or
+a cloud frontend's (SageMaker, Vertex AI: the size in a ``Content-Type`` of the form
+``<binary_mime><size>``, bodies neither decompressed nor compressed, as Triton's
+frontends for them take every body as identity-encoded).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InternalError, TritonError, UnsupportedError
+from ..errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
 from ..response import InferResponse
 from ..server import Server
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
@@ -37,7 +44,7 @@ from .http_messages import (
 from .kserve import as_triton_error
 from .shm import SystemSharedMemory
 
-__all__ = ["InferHandler"]
+__all__ = ["InferDialect", "InferHandler", "KSERVE"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +56,47 @@ _CONTENT_ENCODING = {"gzip": b"content-encoding: gzip\r\n",
                      "deflate": b"content-encoding: deflate\r\n"}
 
 
+@dataclass(frozen=True, slots=True)
+class InferDialect:
+    """How inference bodies are framed. ``binary_mime`` None: KServe's framing; else the
+    Content-Type prefix whose suffix is the JSON header's size (the cloud frontends'),
+    and with ``binary_reply_mime`` a binary answer is labelled so too (SageMaker's;
+    Vertex AI answers with KServe's headers)."""
+
+    binary_mime: bytes | None = None
+    binary_reply_mime: bool = False
+
+    def header_length(self, request: HttpRequest, body: bytes) -> int | None:
+        """The size of the JSON header of ``body``: None, all of it; 0: raw inputs."""
+        if self.binary_mime is None:
+            return parse_header_length(
+                request.headers.get(b"inference-header-content-length"), len(body))
+        # Triton's GetInferenceHeaderLength of its SageMaker and Vertex AI frontends
+        content_type = request.headers.get(b"content-type")
+        position = -1 if content_type is None else content_type.find(self.binary_mime)
+        if position < 0:
+            return len(body)
+        assert content_type is not None
+        if position > 0:
+            raise InvalidArgumentError(
+                f"expect MIME type for binary data starts with "
+                f"'{self.binary_mime.decode()}', got: {content_type.decode('latin-1')}")
+        # the size is read with atoi and range-checked as Inference-Header-Content-Length
+        return parse_header_length(content_type[len(self.binary_mime):], len(body))
+
+
+KSERVE = InferDialect()
+
+
 class InferHandler:
-    """Serves ``POST /v2/models/{model}[/versions/{version}]/infer``."""
+    """Serves ``POST /v2/models/{model}[/versions/{version}]/infer``, and the cloud
+    frontends' inference routes in their ``dialect``."""
 
     def __init__(self, server: Server, shm: SystemSharedMemory, *, max_input_size: int,
-                 header_forward_pattern: str = "", busy_poll: BusyPoll | None = None) -> None:
+                 header_forward_pattern: str = "", busy_poll: BusyPoll | None = None,
+                 dialect: InferDialect = KSERVE) -> None:
         self._server = server
+        self._dialect = dialect
         self._busy_poll = busy_poll
         self._shm = shm
         self._max_input_size = max_input_size
@@ -62,17 +104,21 @@ class InferHandler:
                                                 "http-header-forward-pattern")
         self._headers = HeaderCache()
 
-    async def infer(self, request: HttpRequest, model: str, version: int) -> HttpResponse:
+    async def infer(self, request: HttpRequest, model: str, version: int, *,
+                    json_request_errors: bool = False) -> HttpResponse:
+        """The answer to an inference request. ``json_request_errors``: the errors found
+        before the model runs are all declared JSON (SageMaker's multi-model invoke)."""
         try:  # what Triton checks before it declares a JSON answer: errors are text/plain
             if self._server.model(model, version).decoupled:
                 raise UnsupportedError(_DECOUPLED)
             body = request.body
             encoding = request.headers.get(b"content-encoding")
-            if encoding is not None:
+            if encoding is not None and self._dialect is KSERVE:
                 body = decompress(body, encoding, self._max_input_size)
-            header_length = parse_header_length(
-                request.headers.get(b"inference-header-content-length"), len(body))
+            header_length = self._dialect.header_length(request, body)
         except TritonError as exc:
+            if json_request_errors:
+                return error_response(exc)
             response = error_response(exc, content_type=_TEXT)
             if isinstance(exc, UnsupportedError) and exc.message == _UNSUPPORTED_ENCODING:
                 response.extra_headers = _ACCEPT_ENCODING_HINT
@@ -139,11 +185,14 @@ class InferHandler:
         parts: list[Any] = [encoded.header, *encoded.binary]
         extra = b""
         content_type = b"application/json"
-        if encoded.binary:
+        if encoded.binary and self._dialect.binary_reply_mime:
+            assert self._dialect.binary_mime is not None
+            content_type = self._dialect.binary_mime + b"%d" % len(encoded.header)
+        elif encoded.binary:
             content_type = b"application/octet-stream"
             extra = b"inference-header-content-length: %d\r\n" % len(encoded.header)
         accept = request.headers.get(b"accept-encoding")
-        if accept is not None:
+        if accept is not None and self._dialect is KSERVE:
             encoding = accepted_encoding(accept)
             if encoding != "identity":
                 parts = [compress(parts, encoding)]

@@ -108,8 +108,10 @@ class HttpConnection(asyncio.Protocol):
     """Parses requests from one client and writes their responses in order."""
 
     def __init__(self, router: Router, connections: ConnectionSet, *, max_input_size: int,
-                 keep_raw_headers: bool = False, busy_poll: BusyPoll | None = None) -> None:
+                 keep_raw_headers: bool = False, busy_poll: BusyPoll | None = None,
+                 wanted_headers: frozenset[bytes] = WANTED_HEADERS) -> None:
         self._router = router
+        self._wanted = wanted_headers
         self._connections = connections
         self._busy_poll = busy_poll
         self._max_input_size = max_input_size
@@ -232,7 +234,7 @@ class HttpConnection(asyncio.Protocol):
             self._refuse(_HEADERS_TOO_LARGE, linger=True)
             raise _Refused
         lowered = name.lower()
-        if lowered in WANTED_HEADERS:
+        if lowered in self._wanted:
             self._headers[lowered] = value
         if self._raw_headers is not None:
             self._raw_headers.append((name, value))

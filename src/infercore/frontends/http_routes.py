@@ -32,7 +32,7 @@ from ..server import Server
 from ..trace_settings import stoi
 from .busy_poll import BusyPoll
 from .http_generate import GenerateHandler
-from .http_infer import InferHandler
+from .http_infer import KSERVE, InferDialect, InferHandler
 from .http_json import JsonObject, parse_json, utf8
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
 from .http_params import is_uint
@@ -72,14 +72,14 @@ class HttpRouter:
 
     def __init__(self, server: Server, shm: SystemSharedMemory, executor: Executor, *,
                  max_input_size: int, header_forward_pattern: str = "",
-                 busy_poll: BusyPoll | None = None) -> None:
+                 busy_poll: BusyPoll | None = None, dialect: InferDialect = KSERVE) -> None:
         self._server = server
         self._shm = shm
         self._executor = executor
-        self._generate = GenerateHandler(server, busy_poll=busy_poll)
-        self._infer = InferHandler(server, shm, max_input_size=max_input_size,
-                                   header_forward_pattern=header_forward_pattern,
-                                   busy_poll=busy_poll)
+        self.generate = GenerateHandler(server, busy_poll=busy_poll)
+        self.infer = InferHandler(server, shm, max_input_size=max_input_size,
+                                  header_forward_pattern=header_forward_pattern,
+                                  busy_poll=busy_poll, dialect=dialect)
 
     def handle(self, request: HttpRequest) -> Result:
         try:
@@ -101,11 +101,11 @@ class HttpRouter:
             if kind == "infer":
                 if method != "POST":
                     return _NOT_ALLOWED_TEXT  # refused before the JSON content type
-                return self._infer.infer(request, name, version)
+                return self.infer.infer(request, name, version)
             if kind == "generate" or kind == "generate_stream":
                 if method != "POST":
                     return _NOT_ALLOWED
-                return self._generate.generate(request, name, version,
+                return self.generate.generate(request, name, version,
                                                stream=kind == "generate_stream")
             if kind == "trace/setting":
                 if version_text:
@@ -203,6 +203,10 @@ class HttpRouter:
 
     def _blocking(self, call: Callable[[], Any]) -> Coroutine[Any, Any, HttpResponse]:
         return self._run_blocking(call)
+
+    async def run_blocking(self, call: Callable[[], Any]) -> Any:
+        """``call()`` on the admin pool (model control blocks); its result or error."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     # -- logging and trace settings ------------------------------------------------------
     def _logging(self, request: HttpRequest) -> HttpResponse:
