@@ -58,6 +58,10 @@ _RATE_LIMIT = {RateLimitMode.OFF: "OFF", RateLimitMode.EXEC_COUNT: "EXEC_COUNT"}
 
 
 class Frontend(Protocol):
+    # started once the startup loads are done (it needs the loaded models), not before
+    starts_after_load: bool
+    label: str
+
     def start(self) -> None: ...
 
     def stop(self, timeout: float = 30.0) -> None: ...
@@ -160,7 +164,8 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
     """Run a Server and the frontends ``args`` ask for until a signal; the exit status.
 
     ``frontend_modules`` each have ``from_args(server, args)`` returning a frontend or
-    None; the metrics module's frontend is started with the others but stopped last.
+    None; the metrics module's frontend is started with the others but stopped last, and
+    one that ``starts_after_load`` (Vertex AI's) once the startup loads are done.
     """
     signals = StopSignals()
     signals.install()
@@ -174,12 +179,16 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
             logger.warning("%s", note)
         network: list[Frontend] = []
         late: list[Frontend] = []
+        after_load: list[Frontend] = []
         from .frontends.metrics import MetricsFrontend
 
         try:
             for module in frontend_modules if args is not None else ():
                 frontend = module.from_args(server, args)
                 if frontend is None:
+                    continue
+                if frontend.starts_after_load:
+                    after_load.append(frontend)
                     continue
                 frontend.start()
                 (late if isinstance(frontend, MetricsFrontend) else network).append(frontend)
@@ -201,6 +210,18 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 table_extras, extensions=tuple(server_extensions(server)))
         logger.info("\n%s", model_table(server.repository_index()))
         logger.info("\n%s", options_table(options, table_extras))
+        for frontend in after_load:
+            try:
+                frontend.start()
+            except (OSError, TritonError) as exc:
+                _stop_frontends(network + late, time.monotonic() + float(options.exit_timeout))
+                server.stop(float(options.exit_timeout))
+                detail = (f"{exc.code_name} - {exc.message}" if isinstance(exc, TritonError)
+                          else str(exc))
+                # tritonserver's last words when an endpoint cannot start
+                logger.error("failed to start %s service: %s", frontend.label, detail)
+                return 1
+            network.append(frontend)
         logger.info("infercore is serving %d model version(s); press Ctrl-C to stop",
                     sum(1 for e in server.repository_index() if e.state.value == "READY"))
         notify_serving()

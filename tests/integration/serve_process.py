@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -79,10 +79,10 @@ def refuses_connections(port: int) -> bool:
         return False
 
 
-def _start(argv: Sequence[str], stdout: IO[bytes] | int, text: bool = False
-           ) -> subprocess.Popen:
+def _start(argv: Sequence[str], stdout: IO[bytes] | int, text: bool = False,
+           env: Mapping[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(list(argv), stdout=stdout, stderr=subprocess.STDOUT, text=text,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def _terminate(process: subprocess.Popen, timeout: float) -> int:
@@ -106,10 +106,12 @@ class ServeProcess:
 
     def __init__(self, log_path: Path, *flags: str,
                  command: Callable[[ServeProcess], Sequence[str]] | None = None,
-                 metrics: bool = False, http: bool = True, grpc: bool = True) -> None:
+                 metrics: bool = False, http: bool = True, grpc: bool = True,
+                 env: Mapping[str, str] | None = None) -> None:
         """``flags`` follow ``infercore serve`` and its ports; or ``command(self)`` is run
         instead (it reads the free ports drawn for it: http_port, grpc_port, metrics_port).
-        ``http=False`` or ``grpc=False`` turns that frontend off.
+        ``http=False`` or ``grpc=False`` turns that frontend off; ``env`` adds environment
+        variables.
         """
         self.http_port = free_port()
         self.grpc_port = free_port()
@@ -128,7 +130,7 @@ class ServeProcess:
         else:
             argv = command(self)
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = _start(argv, self._log)
+        self.process = _start(argv, self._log, env=env)
 
     @property
     def http_url(self) -> str:

@@ -119,10 +119,10 @@ class InferHandler:
         except TritonError as exc:
             if json_request_errors:
                 return error_response(exc)
-            response = error_response(exc, content_type=_TEXT)
+            refusal = error_response(exc, content_type=_TEXT)
             if isinstance(exc, UnsupportedError) and exc.message == _UNSUPPORTED_ENCODING:
-                response.extra_headers = _ACCEPT_ENCODING_HINT
-            return response
+                refusal.extra_headers = _ACCEPT_ENCODING_HINT
+            return refusal
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
             return error_response(as_triton_error(exc), content_type=_TEXT)
         try:

@@ -38,6 +38,7 @@ class LoopThreadFrontend:
     kind = "frontend"  # "http", "grpc": names the threads
     label = "network"  # "HTTP", "gRPC": in messages
     service_name = "service"  # as tritonserver logs it when listening
+    starts_after_load = False  # serving (launch.py) starts it before the models load
 
     def __init__(self, address: str, executor_threads: int, executor_name: str) -> None:
         self._address = address

@@ -94,6 +94,9 @@ def from_args(server: Server, args: argparse.Namespace) -> MetricsFrontend | Non
 class MetricsFrontend:
     """Serves ``server.metrics()`` at ``GET /metrics``."""
 
+    label = "metrics"
+    starts_after_load = False  # serving (launch.py) starts it before the models load
+
     def __init__(self, server: Server, address: str = "0.0.0.0", port: int = 8002) -> None:
         self._server = server
         self.address = address
