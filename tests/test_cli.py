@@ -391,20 +391,21 @@ def test_vertex_ai_environment_sets_tritonservers_defaults(monkeypatch, tmp_path
         parse()
 
 
-def test_a_frontend_infercore_lacks_says_so_and_serves_on(caplog):
+def test_the_cloud_frontends_are_built_from_their_flags():
     server = Server(model_repository=REPO_ROOT / "examples" / "models")
-    args = parse("--allow-sagemaker=true", "--allow-vertex-ai=true", "--vertex-ai-port=9000")
-    with caplog.at_level("WARNING"):
-        assert sagemaker.from_args(server, args) is None
-        assert vertex_ai.from_args(server, args) is None
-    assert "--allow-sagemaker=true has no effect: infercore has no SageMaker frontend, " \
-           "nothing listens on 0.0.0.0:8080" in caplog.text
-    assert "--allow-vertex-ai=true has no effect: infercore has no Vertex AI frontend, " \
-           "nothing listens on 0.0.0.0:9000" in caplog.text
-    with caplog.at_level("WARNING"):
-        caplog.clear()
-        sagemaker.from_args(server, parse())
-    assert caplog.text == ""
+    args = parse("--allow-sagemaker=true", "--sagemaker-port=9001",
+                 "--sagemaker-thread-count=0", "--allow-vertex-ai=true",
+                 "--vertex-ai-port=9000", "--vertex-ai-default-model=simple")
+    built = sagemaker.from_args(server, args)
+    assert isinstance(built, sagemaker.SageMakerFrontend)
+    assert (built.options.address, built.options.port, built.options.thread_count) == (
+        "0.0.0.0", 9001, 1)  # tritonserver takes 0 threads; one pool thread is the least
+    vertex = vertex_ai.from_args(server, args)
+    assert isinstance(vertex, vertex_ai.VertexAIFrontend)
+    assert (vertex.options.port, vertex.settings.default_model) == (9000, "simple")
+    assert vertex.starts_after_load  # it picks its default among the loaded models
+    assert sagemaker.from_args(server, parse()) is None
+    assert vertex_ai.from_args(server, parse()) is None
 
 
 def test_help_is_grouped_as_tritonservers(capsys):

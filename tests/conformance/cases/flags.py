@@ -255,9 +255,9 @@ PORTS = [
         "--allow-metrics=false"], startup=True, ports=False),
 ]
 
-# -- SageMaker and Vertex AI: the flags are taken; infercore has neither frontend ----------
-_SAGEMAKER_VERTEX_NOTE = ("the SageMaker and Vertex AI frontends are not in infercore: "
-                          "their flags are parsed and checked as tritonserver does")
+# -- SageMaker and Vertex AI: the flags' values and checks (the frontends: sagemaker.py) ---
+_SAGEMAKER_VERTEX_NOTE = ("the SageMaker and Vertex AI flags parsed and checked as "
+                          "tritonserver does; their routes are cases/sagemaker.py's")
 FRONTENDS = [
     bad("sagemaker_port_word", "--sagemaker-port=abc"),
     bad("sagemaker_thread_count_word", "--sagemaker-thread-count=x"),
