@@ -76,7 +76,7 @@ class HttpRouter:
         self._server = server
         self._shm = shm
         self._executor = executor
-        self.generate = GenerateHandler(server, busy_poll=busy_poll)
+        self._generate = GenerateHandler(server, busy_poll=busy_poll)
         self.infer = InferHandler(server, shm, max_input_size=max_input_size,
                                   header_forward_pattern=header_forward_pattern,
                                   busy_poll=busy_poll, dialect=dialect)
@@ -105,8 +105,8 @@ class HttpRouter:
             if kind == "generate" or kind == "generate_stream":
                 if method != "POST":
                     return _NOT_ALLOWED
-                return self.generate.generate(request, name, version,
-                                               stream=kind == "generate_stream")
+                return self._generate.generate(request, name, version,
+                                                stream=kind == "generate_stream")
             if kind == "trace/setting":
                 if version_text:
                     return _NOT_FOUND  # trace settings are per model, not per version
