@@ -208,8 +208,9 @@ class ModelInstance:
             request.compute_input_end_ns = input_end
             request.compute_output_start_ns = output_start
             request.compute_end_ns = end
-            if hold and not request.sender.closed:  # type: ignore[union-attr]
-                request.sender.send_error(InternalError(  # type: ignore[union-attr]
+            sender = request.sender
+            if hold and not sender.closed and not sender.late:  # type: ignore[union-attr]
+                sender.send_error(InternalError(  # type: ignore[union-attr]
                     f"model '{self.model_name}' sent no response for request "
                     f"'{request.id}'"
                 ))

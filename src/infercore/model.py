@@ -39,7 +39,7 @@ from tritonclient.grpc import model_config_pb2
 from .backends.base import Backend, BackendModel, InstanceInfo, ModelContext
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
 from .clock import Clock, MonotonicClock
-from .errors import InvalidArgumentError, UnavailableError
+from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from .instance import BackendThread, ModelInstance, cpu_cores_of
 from .payload import Payload
 from .rate_limiter import RateLimiter, ResourceAsk
@@ -338,6 +338,12 @@ class LoadedModel:
         Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
         """
         request.request_start_ns = self._clock()
+        if request.single_response and self._decoupled:
+            raise UnsupportedError(
+                f"Model {self.name} is using the decoupled. The current BLS request call "
+                "doesn't support models using the decoupled transaction policy. Please use "
+                "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
+                "models.'")  # sic: Triton's Python backend ends its text with a quote
         # A request refused here never reaches the model: as in Triton (whose request
         # normalization runs before the scheduler), it is in no statistics.
         try:

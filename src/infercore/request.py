@@ -55,6 +55,7 @@ class InferRequest:
         "_cancel_hooks",
         "batch_key",
         "runs_on_loop",
+        "single_response",
         "trace",
         # timestamps in monotonic ns, at Triton's statistics points
         "request_start_ns",
@@ -105,6 +106,9 @@ class InferRequest:
         # process-isolated instance driven from there): no other thread of this process
         # works on it (the HTTP frontend's busy polling relies on this).
         self.runs_on_loop = False
+        # Set by a caller that takes one response only (a Python model's BLS ``exec()``
+        # without ``decoupled=True``): a decoupled model refuses it at entry, as in Triton.
+        self.single_response = False
         self.trace: TraceHandle | None = None
         self.request_start_ns = 0
         self.queue_start_ns = 0

@@ -190,9 +190,9 @@ class ResponseStream:
         if not self._done:
             self._request.cancel()
 
-    def _take(self) -> InferResponse:
+    def _take(self, raise_errors: bool = True) -> InferResponse:
         response = self._items.popleft()
-        if self._raise_on_error and response.error is not None:
+        if raise_errors and self._raise_on_error and response.error is not None:
             raise response.error
         return response
 
@@ -220,13 +220,19 @@ class ResponseStream:
             raise StopIteration
         return response
 
-    def _next(self, deadline: float | None) -> InferResponse | None:
+    def next_response(self) -> InferResponse | None:
+        """Block for the next response, None at the end; an error response is returned,
+        never raised, so its ``final`` flag can be read (BLS iterators need it)."""
+        return self._next(None, raise_errors=False)
+
+    def _next(self, deadline: float | None, raise_errors: bool = True
+              ) -> InferResponse | None:
         """The next response, None at the end; TimeoutError past ``deadline``."""
         lock = self._lock
         while True:
             with lock:
                 if self._items:
-                    return self._take()
+                    return self._take(raise_errors)
                 if self._done:
                     return None
                 runner, self._runner = self._runner, None
@@ -234,7 +240,7 @@ class ResponseStream:
                 continue  # executed on this thread; its responses are queued
             with lock:
                 if self._items:
-                    return self._take()
+                    return self._take(raise_errors)
                 if self._done:
                     return None
                 waiter = _allocate_lock()
@@ -332,7 +338,7 @@ class ResponseSender:
     """
 
     __slots__ = ("_request", "_stream", "_id", "_model", "_version", "_closed", "failed",
-                 "_on_close", "_hold", "_held", "_observer", "_sent", "_last_ns")
+                 "_on_close", "_hold", "_held", "_observer", "_sent", "_last_ns", "_late")
 
     def __init__(
         self,
@@ -361,6 +367,7 @@ class ResponseSender:
         self._observer: Callable[[int, int, int, str], None] | None = None
         self._sent = 0
         self._last_ns = 0
+        self._late = False
 
     def observe_responses(self, observer: Callable[[int, int, int, str], None]) -> None:
         """Report every response's index and timing to ``observer`` (decoupled models)."""
@@ -377,6 +384,17 @@ class ResponseSender:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def late(self) -> bool:
+        """True once the backend said it answers after its execution returns."""
+        return self._late
+
+    def answer_later(self) -> None:
+        """The backend answers this request after its execution returns (a Python model
+        that keeps the request's response sender past ``execute``, as Triton allows): the
+        instance then leaves it open instead of failing it as unanswered."""
+        self._late = True
 
     def send(
         self,

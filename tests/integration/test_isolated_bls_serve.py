@@ -54,10 +54,11 @@ class TritonPythonModel:
                 raise pb_utils.TritonModelException(summed.error().message())
             total = pb_utils.get_output_tensor_by_name(summed, "OUTPUT0").as_numpy()
             count = pb_utils.Tensor("COUNT", np.array([int(total[0, 0])], np.int32))
+            # as in Triton, the final flag sent alone comes as a last, empty response
             tokens = [int(r.output_tensors()[0].as_numpy()[0])
                       for r in pb_utils.InferenceRequest(
                           model_name="tokens", requested_output_names=["OUT"],
-                          inputs=[count]).exec(decoupled=True)]
+                          inputs=[count]).exec(decoupled=True) if r.output_tensors()]
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("SUM", total),
                 pb_utils.Tensor("TOKENS", np.array([tokens], np.int32)),

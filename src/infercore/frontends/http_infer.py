@@ -142,9 +142,11 @@ class InferHandler:
             finally:
                 if held is not None:
                     held.release()
-            if not response.final:  # a decoupled model: more responses would follow
-                stream.cancel()
-                raise UnsupportedError(_DECOUPLED)
+            if not response.final:
+                # Not decoupled, yet answering through its response sender (Triton's Python
+                # backend allows it): the final flag may follow alone, later.
+                async for later in stream:
+                    response = later
             if response.error is not None:
                 return error_response(response.error, content_type=_TEXT)
             return self._reply(request, response, decoded)

@@ -20,7 +20,6 @@ model '<instance>', message: <Type>: <text>" followed by the model's frames.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import threading
@@ -33,6 +32,7 @@ from tritonclient.grpc import model_config_pb2
 from ...errors import InternalError, InvalidArgumentError
 from ...payload import Payload
 from ..base import InstanceInfo, ModelContext
+from .coroutines import CoroutineLoop
 from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
 from .isolated import IsolatedModel, default_execution_mode, isolation_from_config
 from .loader import load_model_class, model_package, unload_model_class
@@ -233,7 +233,7 @@ class PythonInstance:
         self._assembly = model._assembly
         self._output_names = model._output_names
         self._model_file = str(_model_file(model.context.config, model.context.version_dir))
-        self._loop: asyncio.AbstractEventLoop | None = None  # for `async def execute`
+        self._loop: CoroutineLoop | None = None  # for `async def execute`, made at first use
 
     def execute(self, payload: Payload) -> None:
         if self._assembly is not None:
@@ -256,6 +256,11 @@ class PythonInstance:
             try:
                 result = execute(requests)
                 if inspect.iscoroutine(result):
+                    if self._decoupled:
+                        # As Triton: left running; it answers through response senders.
+                        self._coroutine_loop().run_in_background(result)
+                        payload.mark_compute_output_start()
+                        return
                     result = self._run(result)
             except (Exception, SystemExit) as exc:
                 payload.mark_compute_output_start()
@@ -275,16 +280,18 @@ class PythonInstance:
     def _send_returned(self, requests: list[InferenceRequest], result: Any) -> None:
         """Send what a non-decoupled ``execute`` returned: one response per request."""
         if result is None:
-            # Triton accepts None when the model answered through response senders; a
-            # request whose sender the model never took would wait forever, so it fails.
+            # Triton accepts None when the model answers through response senders, now or
+            # from its own threads later; a request whose sender the model never took
+            # would wait forever, so it fails.
             for request in requests:
-                sender = request._response_sender
-                if sender is None:
+                if request._response_sender is None:
                     self._fail(
                         request,
                         "Expected a list in the execute return, found type "
                         f"'{type(result)}'.",
                     )
+                else:
+                    self._answer_later(request)
             return
         if not isinstance(result, (list, tuple)):
             self._fail_all(
@@ -319,18 +326,26 @@ class PythonInstance:
                 return
         for request, response in zip(requests, result, strict=True):
             if response is None:
-                sender = request._response_sender
-                if sender is None or not sender._used:
+                if request._response_sender is None:
                     self._fail(
                         request,
                         "Expected an 'InferenceResponse' object in the execute function return "
                         "list, found type '<class 'NoneType'>'.",
                     )
+                else:
+                    self._answer_later(request)
                 continue
             try:
                 response._send(request._core.sender, final=True)  # type: ignore[union-attr]
             except Exception as exc:  # noqa: BLE001 - one bad response fails its request only
                 self._fail(request, python_error_text(exc, skip_frames=0))
+
+    @staticmethod
+    def _answer_later(request: InferenceRequest) -> None:
+        """The model kept the request's response sender: it may answer after returning."""
+        core = request._core
+        if core is not None and core.sender is not None:
+            core.sender.answer_later()
 
     def _error(self, text: str) -> InternalError:
         return InternalError(
@@ -351,17 +366,20 @@ class PythonInstance:
         )
         request.get_response_sender()._fail(self._error(text))
 
-    def _run(self, coroutine: Any) -> Any:
-        """Run an ``async def execute`` to completion on this instance's event loop.
-
-        Triton leaves a decoupled model's coroutine running in the background; here it
-        completes before the next payload (responses may still come from model threads).
-        """
+    def _coroutine_loop(self) -> CoroutineLoop:
         if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coroutine)
+            self._loop = CoroutineLoop(f"{self._name}-asyncio")
+        return self._loop
+
+    def _run(self, coroutine: Any) -> Any:
+        """Run an ``async def execute`` of a model that is not decoupled to its end."""
+        return self._coroutine_loop().run(coroutine)
 
     def finalize(self) -> None:
+        # As Triton's stub: the coroutines' loop stops before the model's finalize runs.
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.stop()
         finalize = getattr(self._object, "finalize", None)
         if finalize is not None:
             with use_scope(self._scope):
@@ -373,10 +391,3 @@ class PythonInstance:
                         self._name,
                         python_error_text(exc),
                     )
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                loop.close()

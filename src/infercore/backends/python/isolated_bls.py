@@ -77,7 +77,8 @@ class BlsCalls:
     def start(self, frame: tuple[Any, ...]) -> None:
         """A BLS_REQUEST frame (event thread): run it on the server."""
         (_, number, model, version, request_id, correlation_id, sequence_start, sequence_end,
-         timeout_us, parameters, requested, size, block, block_size, descriptors) = frame
+         timeout_us, parameters, requested, single_response, size, block, block_size,
+         descriptors) = frame
         try:
             inputs = read_leased(self._requests, size, block, block_size, descriptors)
         except Exception as exc:  # noqa: BLE001 - a malformed frame fails its call only
@@ -95,6 +96,7 @@ class BlsCalls:
             parameters=parameters, timeout_us=timeout_us, correlation_id=correlation_id,
             sequence_start=sequence_start, sequence_end=sequence_end,
         )
+        request.single_response = single_response
         request.trace = NO_TRACE  # traces do not cross the process boundary
         del inputs
         call = _Call(request)

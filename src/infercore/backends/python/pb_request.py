@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ...errors import NotFoundError
 from ...errors import TritonError as CoreTritonError
 from ...request import InferRequest, ParameterValue
 from ...response import InferResponse, ResponseSender, ResponseStream
@@ -487,13 +488,15 @@ class InferenceRequest:
     def _exec(
         self, scope: _Scope | None, decoupled: bool
     ) -> InferenceResponse | ResponseIterator:
-        stream, error = self._start(scope)
+        stream, error = self._start(scope, decoupled)
         if decoupled:
             return ResponseIterator(stream, error)
         if error is not None:
             return InferenceResponse._from_error(error)
+        assert stream is not None
         last: InferenceResponse | None = None
-        for response in ResponseIterator(stream, None):
+        for core in iter(stream.next_response, None):
+            response = InferenceResponse._from_core(core)
             if last is None or response.output_tensors() or response.has_error():
                 last = response
         if last is None:
@@ -503,7 +506,7 @@ class InferenceRequest:
         return last
 
     def _start(
-        self, scope: _Scope | None
+        self, scope: _Scope | None, decoupled: bool
     ) -> tuple[ResponseStream | None, CoreTritonError | None]:
         infer = None if scope is None else scope.infer
         if infer is None:
@@ -526,23 +529,40 @@ class InferenceRequest:
         )
         # Untraced unless the model passes its request's trace (as in Triton).
         request.trace = NO_TRACE if self._trace is None else self._trace._child()
+        request.single_response = not decoupled
         try:
             return infer(request), None
         except CoreTritonError as exc:  # rejected on entry: unknown model, bad input ...
-            return None, exc
+            return None, _entry_error(self._model_name, exc)
 
     def __repr__(self) -> str:
         return f"InferenceRequest(model={self._model_name!r}, id={self._request_id!r})"
 
 
-class ResponseIterator:
-    """The responses of a BLS request sent with ``decoupled=True``, as they arrive."""
+def _entry_error(model_name: str, error: CoreTritonError) -> CoreTritonError:
+    """A BLS request refused on entry, in the words of Triton's Python backend: a model
+    that is not there is "not ready" (Triton asks for readiness first), and every such
+    error names the model it was sent to."""
+    text = error.message
+    # NotFound: not in the repository; the other: a version being unloaded (model.py)
+    if isinstance(error, NotFoundError) or text.startswith("Request for unknown model"):
+        text = f"Failed for execute the inference request. Model '{model_name}' is not ready."
+    return type(error)(f"Model {model_name} - Error when running inference: {text}")
 
-    __slots__ = ("_stream", "_error")
+
+class ResponseIterator:
+    """The responses of a BLS request sent with ``decoupled=True``, as they arrive.
+
+    As in Triton, a final flag the model sent without a response (``send(flags=FINAL)``)
+    is handed out too, as a last response with no outputs; a request refused on entry
+    gives its one error response."""
+
+    __slots__ = ("_stream", "_error", "_final_seen")
 
     def __init__(self, stream: ResponseStream | None, error: CoreTritonError | None) -> None:
         self._stream = stream
         self._error = error
+        self._final_seen = stream is None
 
     def __iter__(self) -> Iterator[InferenceResponse]:
         return self
@@ -553,10 +573,14 @@ class ResponseIterator:
             return InferenceResponse._from_error(error)
         if self._stream is None:
             raise StopIteration
-        try:
-            response = next(self._stream)
-        except CoreTritonError as exc:  # an error response, raised by the stream
-            return InferenceResponse._from_error(exc)
+        response = self._stream.next_response()
+        if response is None:
+            if self._final_seen:
+                raise StopIteration
+            self._final_seen = True
+            return InferenceResponse()
+        if response.final:
+            self._final_seen = True
         return InferenceResponse._from_core(response)
 
     def cancel(self) -> None:

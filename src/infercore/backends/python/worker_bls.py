@@ -83,7 +83,7 @@ class BlsClient:
             BLS_REQUEST, call, request.model_name, request.model_version, request.id,
             request.correlation_id, request.sequence_start, request.sequence_end,
             request.timeout_us, request.parameters, request.requested_outputs,
-            self._arena.size, block, block_size, descriptors,
+            request.single_response, self._arena.size, block, block_size, descriptors,
         ))
         return stream
 

@@ -105,8 +105,9 @@ DONE = 7
 FINALIZED = 8  # (FINALIZED,)
 LOG = 9  # (LOG, level, logger, message, path, line, function, exc_text, extra | None)
 # (BLS_REQUEST, call, model, version, request_id, correlation_id, sequence_start,
-#  sequence_end, timeout_us, parameters, requested_outputs | None, arena_size, block,
-#  block_size, tensors): the tensors lie in a leased block of the BLS arena
+#  sequence_end, timeout_us, parameters, requested_outputs | None, single_response,
+#  arena_size, block, block_size, tensors): the tensors lie in a leased block of the BLS
+#  arena; single_response: exec() without decoupled=True (a decoupled model refuses it)
 BLS_REQUEST = 10
 # (BLS_RESPONSE, call, flags, parameters | None, error | None, input_size, block | -1,
 #  block_size, tensors): the tensors lie in a leased block of the worker's input arena
