@@ -1,19 +1,19 @@
 """Python-backend semantics that Triton's own QA tests (qa/L0_backend_python) rely on,
 found by running those tests against both servers: what a BLS call with
 ``exec(decoupled=True)`` yields, responses a model sends after ``execute`` returned (from
-its threads, or from tasks its ``async def execute`` started), and a decoupled
-``async def execute`` left running while the instance takes the next request.
+its threads, or from tasks its ``async def execute`` started), a decoupled
+``async def execute`` left running while the instance takes the next request, modules
+imported by name inside ``execute`` (``unittest.main("model")``), and the types some
+pb_utils calls give or raise.
 
 Each probe model reports what it saw as a JSON text output, so one answer shows it all.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ..case import Case, GrpcStream, Http, Suite, raw_tensor
+from ..case import Case, GrpcStream, Http, Model, Suite, raw_tensor
 from ..models import python_model
 
 # -- decoupled targets of the BLS probe ------------------------------------------------------
@@ -52,7 +52,7 @@ class TritonPythonModel:
 '''
 
 
-def _target(name: str, model_py: str, decoupled: bool = True) -> Any:
+def _target(name: str, model_py: str, decoupled: bool = True) -> Model:
     policy = "model_transaction_policy { decoupled: true }" if decoupled else ""
     config = f'''
 name: "{name}"
@@ -122,6 +122,108 @@ def _bls(target: str, n: int, mode: str = "decoupled") -> Http:
         {"name": "N", "datatype": "INT32", "shape": [1], "data": [n]}]})
 
 
+# -- pb_utils values -----------------------------------------------------------------------
+API_PROBE_PY = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def outcome(make):
+    try:
+        made = make()
+    except Exception as exc:  # the type only: pybind's texts list every signature
+        return type(exc).__name__
+    return "accepted" if made is not None else "None"
+
+
+class TritonPythonModel:
+    """Reports what some pb_utils calls give: the type of requested_output_names() (of the
+    request received and of a BLS request), whether InferenceResponse takes a str error,
+    and how a BLS response iterator behaves once exhausted."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            bls = pb_utils.InferenceRequest(model_name="repeat_bare",
+                                            inputs=[pb_utils.Tensor("IN", np.array([2], np.int32))],
+                                            requested_output_names=["OUT"])
+            iterator = bls.exec(decoupled=True)
+            first = len(list(iterator))
+            try:
+                next(iterator)
+                after = "a response"
+            except StopIteration:
+                after = "StopIteration"
+            again = len(list(iterator))
+            seen = {
+                "received_names": [type(request.requested_output_names()).__name__,
+                                   sorted(request.requested_output_names())],
+                "bls_names": type(bls.requested_output_names()).__name__,
+                "response_error_str": outcome(lambda: pb_utils.InferenceResponse(error="text")),
+                "response_outputs_str": outcome(lambda: pb_utils.InferenceResponse("text")),
+                "response_outputs_ints": outcome(lambda: pb_utils.InferenceResponse([1])),
+                "request_inputs_ints": outcome(lambda: pb_utils.InferenceRequest(
+                    model_name="x", inputs=[1], requested_output_names=[])),
+                "iterate_first": first, "next_after_end": after, "iterate_again": again,
+            }
+            text = json.dumps(seen, sort_keys=True)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("SEEN", np.array([text], dtype=np.object_)),
+                pb_utils.Tensor("OUT0", np.array([0], dtype=np.int32))]))
+        return responses
+'''
+
+API_PROBE_CONFIG = '''
+name: "api_probe"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] },
+         { name: "OUT0" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "OUT1" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+'''
+
+_API_PROBE = Http("POST", "/v2/models/api_probe/infer", json={
+    "inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]}],
+    "outputs": [{"name": "SEEN"}, {"name": "OUT0"}]})
+
+
+# -- imports by name from execute -------------------------------------------------------------
+LAZY_IMPORT_PY = '''
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Imports, inside execute, a sibling file and the model file itself by their names (as
+    Triton's QA models run their tests with unittest.main("model"))."""
+
+    def execute(self, requests):
+        import helper
+        import model
+        seen = {"helper": helper.WORD, "model": model.__name__,
+                "has_class": hasattr(model, "TritonPythonModel")}
+        text = json.dumps(seen, sort_keys=True)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SEEN", np.array([text], np.object_))])
+                for _ in requests]
+'''
+
+LAZY_IMPORT_CONFIG = '''
+name: "lazy_import"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+'''
+
+_LAZY_IMPORT = Model("lazy_import", LAZY_IMPORT_CONFIG,
+                     {"1/model.py": LAZY_IMPORT_PY, "1/helper.py": 'WORD = "sibling"\n'})
+
+
 # -- answers after execute returned ------------------------------------------------------------
 LATE_PY = '''
 import asyncio
@@ -164,7 +266,7 @@ _TASK_START = '''async def later(sender=sender, value=value):
             task.add_done_callback(self._tasks.discard)'''
 
 
-def _late_model(name: str, *, ret: str, asynchronous: bool) -> Any:
+def _late_model(name: str, *, ret: str, asynchronous: bool) -> Model:
     model_py = LATE_PY.format(
         ret=ret, how="from a task the coroutine started" if asynchronous else "from a thread",
         define="async def" if asynchronous else "def",
@@ -240,6 +342,8 @@ _MODELS = [
     _late_model("late_thread_list", ret="[None] * len(requests)", asynchronous=False),
     _late_model("late_task_none", ret="None", asynchronous=True),
     python_model("async_waiter", WAITER_CONFIG, WAITER_PY),
+    python_model("api_probe", API_PROBE_CONFIG, API_PROBE_PY),
+    _LAZY_IMPORT,
 ]
 
 _CASES = [
@@ -260,6 +364,10 @@ _CASES = [
     Case("bls_single_error_response", [_bls("fails", 1, mode="single")],
          note="the target's own error response comes back as it is"),
     Case("bls_single_missing_input", [_bls("fails", 1, mode="no_input")]),
+    Case("pb_utils_values", [_API_PROBE],
+         note="requested_output_names() is a set; an exhausted BLS iterator starts over"),
+    Case("import_by_name_in_execute", [_infer_in("lazy_import", 1), _infer_in("lazy_import", 1)],
+         note="the model's folder is on the import path while it runs; asked twice"),
     Case("late_from_thread_after_none", [_infer_in("late_thread_none", 4)],
          note="execute returned None; the response comes from the model's thread later"),
     Case("late_from_thread_after_list_of_none", [_infer_in("late_thread_list", 4)]),

@@ -32,10 +32,10 @@ from tritonclient.grpc import model_config_pb2
 from ...errors import InternalError, InvalidArgumentError
 from ...payload import Payload
 from ..base import InstanceInfo, ModelContext
-from .coroutines import CoroutineLoop
 from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
+from .coroutines import CoroutineLoop
 from .isolated import IsolatedModel, default_execution_mode, isolation_from_config
-from .loader import load_model_class, model_package, unload_model_class
+from .loader import LAZY_SIBLINGS, load_model_class, model_package, unload_model_class
 from .model_config_api import ModelConfig, config_to_json
 from .pb_error import python_error_text
 from .pb_request import (
@@ -266,6 +266,9 @@ class PythonInstance:
                 payload.mark_compute_output_start()
                 self._fail_all(requests, python_error_text(exc))
                 return
+            finally:
+                if LAZY_SIBLINGS.pending:  # modules it imported by name, from its folders
+                    LAZY_SIBLINGS.forget()
             payload.mark_compute_output_start()
             if self._decoupled:
                 if result is not None:

@@ -10,14 +10,21 @@ Triton's stub also appends the version directory and the model directory to ``sy
 so ``import utils`` finds a sibling. infercore does the same, but only while the file is
 imported (one interpreter serves every model): afterwards the directories leave
 ``sys.path`` and the sibling modules leave ``sys.modules``, so another model's ``utils`` is
-imported afresh. A sibling imported lazily (inside ``execute``) must use a relative import.
+imported afresh. A sibling imported later, by name, from code running for a model
+(``import utils`` inside ``execute``, or ``unittest.main("model")``, which imports the
+model file again as ``model`` as Triton's QA models do) is found by ``LAZY_SIBLINGS``, a
+finder consulted after every other one, in the folders of the model whose code imports
+it; the instance forgets such modules when its ``execute`` returns (``forget``).
 
 Threads: loads run on whatever thread loads models; ``_LOCK`` serialises the window in which
-``sys.path`` and ``sys.modules`` are changed.
+``sys.path`` and ``sys.modules`` are changed; ``LAZY_SIBLINGS`` runs on any thread a model
+imports from, and its own lock guards the names it found.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import itertools
 import os
@@ -26,10 +33,13 @@ import sys
 import threading
 import types
 from pathlib import Path
+from typing import Any
 
 from ...errors import InternalError, InvalidArgumentError
+from .pb_request import current_scope
 
-__all__ = ["MODEL_CLASS_NAME", "load_model_class", "model_package", "unload_model_class"]
+__all__ = ["LAZY_SIBLINGS", "MODEL_CLASS_NAME", "load_model_class", "model_package",
+           "unload_model_class"]
 
 MODEL_CLASS_NAME = "TritonPythonModel"
 PACKAGE_PREFIX = "_infercore_model_"
@@ -167,3 +177,43 @@ def _forget_siblings(new_names: set[str], package: str, model_dir: Path) -> None
 def _drop_package(package: str) -> None:
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
+
+
+class _LazySiblings(importlib.abc.MetaPathFinder):
+    """Top-level modules in the folders of the model whose code is importing them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found: list[str] = []
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if path is not None:  # a submodule: its package's __path__ finds it
+            return None
+        scope = current_scope()
+        if scope is None:
+            return None
+        version_dir = Path(scope.version_dir)
+        for directory in (version_dir, version_dir.parent):
+            spec = importlib.machinery.PathFinder.find_spec(fullname, [str(directory)])
+            if spec is not None:
+                with self._lock:
+                    self._found.append(fullname)
+                return spec
+        return None
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._found)
+
+    def forget(self) -> None:
+        """Drop the modules found so far (and their submodules) from ``sys.modules``."""
+        with self._lock:
+            names, self._found = self._found, []
+        for name in names:
+            for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+                del sys.modules[loaded]
+
+
+LAZY_SIBLINGS = _LazySiblings()
+sys.meta_path.append(LAZY_SIBLINGS)

@@ -164,16 +164,17 @@ class InferenceResponse:
     ) -> None:
         if output_tensors is None:
             output_tensors = []
+        # TypeError, as Triton's pybind constructor raises for arguments of the wrong type
         if not isinstance(output_tensors, (list, tuple)):
-            raise TritonModelException('"output_tensors" must be a list.')
+            raise TypeError('"output_tensors" must be a list.')
         for tensor in output_tensors:
             if not isinstance(tensor, Tensor):
-                raise TritonModelException(
+                raise TypeError(
                     "Expected a list of 'Tensor' objects in \"output_tensors\", found type "
                     f"'{type(tensor)}'."
                 )
         if error is not None and not isinstance(error, TritonError):
-            raise TritonModelException(
+            raise TypeError(
                 f'"error" must be a TritonError object or None, found type \'{type(error)}\'.'
             )
         self._output_tensors = list(output_tensors)
@@ -372,8 +373,8 @@ class InferenceRequest:
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
         for tensor in inputs:
-            if not isinstance(tensor, Tensor):
-                raise TritonModelException(
+            if not isinstance(tensor, Tensor):  # TypeError: as Triton's pybind constructor
+                raise TypeError(
                     f"Expected a list of 'Tensor' objects in \"inputs\", found type "
                     f"'{type(tensor)}'."
                 )
@@ -429,8 +430,9 @@ class InferenceRequest:
     def correlation_id(self) -> int | str:
         return self._correlation_id
 
-    def requested_output_names(self) -> list[str]:
-        return self._requested_output_names
+    def requested_output_names(self) -> set[str]:
+        """A set, as Triton's (a std::set on its side): the order is not kept."""
+        return set(self._requested_output_names)
 
     def flags(self) -> int:
         """TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END bits."""
@@ -555,33 +557,44 @@ class ResponseIterator:
 
     As in Triton, a final flag the model sent without a response (``send(flags=FINAL)``)
     is handed out too, as a last response with no outputs; a request refused on entry
-    gives its one error response."""
+    gives its one error response. The responses are kept: once every one was handed out,
+    iterating again (``for``) starts over from the first, as Triton's iterator does."""
 
-    __slots__ = ("_stream", "_error", "_final_seen")
+    __slots__ = ("_stream", "_error", "_final_seen", "_seen", "_index")
 
     def __init__(self, stream: ResponseStream | None, error: CoreTritonError | None) -> None:
         self._stream = stream
         self._error = error
-        self._final_seen = stream is None
+        self._final_seen = stream is None and error is None
+        self._seen: list[InferenceResponse] = []
+        self._index = 0
 
     def __iter__(self) -> Iterator[InferenceResponse]:
+        if self._final_seen and self._index >= len(self._seen):
+            self._index = 0
         return self
 
     def __next__(self) -> InferenceResponse:
+        if self._index < len(self._seen):
+            self._index += 1
+            return self._seen[self._index - 1]
+        if self._final_seen:
+            raise StopIteration
+        response = self._receive()
+        self._seen.append(response)
+        self._index += 1
+        return response
+
+    def _receive(self) -> InferenceResponse:
         if self._error is not None:
             error, self._error = self._error, None
+            self._final_seen = True
             return InferenceResponse._from_error(error)
-        if self._stream is None:
-            raise StopIteration
-        response = self._stream.next_response()
-        if response is None:
-            if self._final_seen:
-                raise StopIteration
+        assert self._stream is not None
+        core = self._stream.next_response()
+        if core is None or core.final:
             self._final_seen = True
-            return InferenceResponse()
-        if response.final:
-            self._final_seen = True
-        return InferenceResponse._from_core(response)
+        return InferenceResponse() if core is None else InferenceResponse._from_core(core)
 
     def cancel(self) -> None:
         if self._stream is not None:
