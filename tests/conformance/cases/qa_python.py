@@ -379,6 +379,6 @@ _CASES = [
 ]
 
 SUITES = [
-    Suite("qa_python_backend", "python backend (QA L0_backend_python)", _MODELS,
+    Suite("qa_python_backend", "python_backend", _MODELS,
           (), _CASES),
 ]
