@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 from grpc._cython import cygrpc
 
-from .grpc_core import Metadata, compression_metadata, cygrpc_status
+from .grpc_core import BatchGate, Metadata, compression_metadata, cygrpc_status
 
 __all__ = ["BridgedContext", "CallClosedError", "LoopBridge"]
 
@@ -57,10 +57,11 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
 class BridgedContext:
     """What a handler may do with its call (a subset of grpc.aio's ServicerContext)."""
 
-    def __init__(self, call: cygrpc.Call, metadata: Metadata,
+    def __init__(self, call: cygrpc.Call, metadata: Metadata, gate: BatchGate,
                  loop: asyncio.AbstractEventLoop, serializer: Callable[[Any], bytes] | None
                  ) -> None:
         self._call = call
+        self._gate = gate
         self._metadata = metadata
         self._loop = loop
         self._serializer = serializer
@@ -109,7 +110,9 @@ class BridgedContext:
             except RuntimeError:  # the loop has closed: nobody reads any more
                 pass
 
-        self._call.start_server_batch((cygrpc.ReceiveMessageOperation(_FLAGS),), received)
+        if not self._gate.start(self._call, (cygrpc.ReceiveMessageOperation(_FLAGS),),
+                                received):
+            return None  # the server has closed its queue
         return await future  # type: ignore[no-any-return]
 
     async def _batch(self, operations: tuple[Any, ...]) -> bool:
@@ -122,7 +125,8 @@ class BridgedContext:
             except RuntimeError:
                 pass
 
-        self._call.start_server_batch(operations, done)
+        if not self._gate.start(self._call, operations, done):
+            return False
         return await future  # type: ignore[no-any-return]
 
 
@@ -130,19 +134,22 @@ class _BridgedCall:
     """One call of a bridged method, from its start on the queue thread to its status."""
 
     def __init__(self, call: cygrpc.Call, metadata: Metadata, handler: grpc.RpcMethodHandler,
-                 ended: Callable[[Any], None], loop: asyncio.AbstractEventLoop) -> None:
+                 ended: Callable[[Any], None], gate: BatchGate,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._call = call
         self._handler = handler
         self._ended = ended
+        self._gate = gate
         self._loop = loop
-        self._context = BridgedContext(call, metadata, loop, handler.response_serializer)
+        self._context = BridgedContext(call, metadata, gate, loop,
+                                       handler.response_serializer)
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
 
     # queue thread
     def start(self) -> None:
-        self._call.start_server_batch((cygrpc.ReceiveCloseOnServerOperation(_FLAGS),),
-                                      self._closed)
+        self._gate.start(self._call, (cygrpc.ReceiveCloseOnServerOperation(_FLAGS),),
+                         self._closed)
         try:
             self._loop.call_soon_threadsafe(self._begin)
         except RuntimeError:  # the loop has closed (the frontend is stopping)
@@ -214,7 +221,7 @@ class _BridgedCall:
             operations.append(cygrpc.SendMessageOperation(message, _FLAGS))
         operations.append(cygrpc.SendStatusFromServerOperation(
             None, cygrpc_status(code), details.encode("utf-8", "replace"), _FLAGS))
-        self._call.start_server_batch(tuple(operations), self._ended)
+        self._gate.start(self._call, tuple(operations), self._ended)
 
 
 class LoopBridge:
@@ -224,5 +231,5 @@ class LoopBridge:
         self._loop = loop
 
     def __call__(self, call: cygrpc.Call, metadata: Metadata, handler: grpc.RpcMethodHandler,
-                 ended: Callable[[Any], None]) -> None:
-        _BridgedCall(call, metadata, handler, ended, self._loop).start()
+                 ended: Callable[[Any], None], gate: BatchGate) -> None:
+        _BridgedCall(call, metadata, handler, ended, gate, self._loop).start()

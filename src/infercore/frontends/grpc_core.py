@@ -28,7 +28,9 @@ batch carrying its status finishes.
 
 Shutdown (``shutdown`` then ``cancel_all`` then ``close``): gRPC core refuses new calls,
 the calls in flight finish or are cancelled (their handlers see it), the queue drains
-and the thread exits.
+and the thread exits. Every batch starts through the server's ``BatchGate``: gRPC core
+aborts the process when a batch starts on a queue that has shut down, and an engine
+request that outlives the exit timeout (a model that ignores cancellation) answers late.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from grpc._cython import cygrpc
 
 from ..response import mark_serving_thread
 
-__all__ = ["CoreServer", "DirectUnary", "UnaryCall", "cygrpc_status"]
+__all__ = ["BatchGate", "CoreServer", "DirectUnary", "UnaryCall", "cygrpc_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,32 @@ def compression_metadata(compression: grpc.Compression | None) -> Metadata | Non
     return ((_COMPRESSION_KEY, name),) if name is not None else None
 
 
+class BatchGate:
+    """Starts batches on the calls of one completion queue until it shuts the queue down;
+    later batches are dropped (their calls were cancelled by then). Any thread."""
+
+    __slots__ = ("_lock", "_open")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = True
+
+    def start(self, call: cygrpc.Call, operations: tuple[Any, ...],
+              tag: Callable[[Any], None]) -> bool:
+        """Start ``operations`` on ``call``; False (nothing started) once closed."""
+        with self._lock:
+            if self._open:
+                call.start_server_batch(operations, tag)
+                return True
+        return False
+
+    def shut_down(self, queue: cygrpc.CompletionQueue) -> None:
+        """Shut ``queue`` down; no batch starts after this."""
+        with self._lock:
+            self._open = False
+            queue.shutdown()
+
+
 class DirectUnary:
     """A unary method handled on the completion-queue thread: ``behavior(call, data)``
     must answer ``call`` (now, or later from any thread) and must not block."""
@@ -80,13 +108,14 @@ class DirectUnary:
 class UnaryCall:
     """One call of a ``DirectUnary`` method: answer it once, from any thread."""
 
-    __slots__ = ("_call", "metadata", "_watching", "_answered", "_ended")
+    __slots__ = ("_call", "metadata", "_watching", "_answered", "_ended", "_gate")
 
     def __init__(self, call: cygrpc.Call, metadata: Metadata,
-                 ended: Callable[[Any], None]) -> None:
+                 ended: Callable[[Any], None], gate: BatchGate) -> None:
         self._call = call
         self.metadata = metadata
         self._ended = ended  # the tag of the batch carrying the status
+        self._gate = gate
         self._watching = False  # a ReceiveCloseOnServer batch is out (watch_cancel)
         self._answered = False
 
@@ -99,8 +128,7 @@ class UnaryCall:
             if event.batch_operations[0].cancelled():
                 on_cancel()
 
-        self._call.start_server_batch(
-            (cygrpc.ReceiveCloseOnServerOperation(_FLAGS),), closed)
+        self._gate.start(self._call, (cygrpc.ReceiveCloseOnServerOperation(_FLAGS),), closed)
 
     def reply(self, message: bytes, metadata: Metadata | None = None) -> None:
         """Send ``message`` and OK."""
@@ -121,7 +149,7 @@ class UnaryCall:
         self._answered = True
         if not self._watching:  # one batch does it all: one completion event per answer
             operations += (cygrpc.ReceiveCloseOnServerOperation(_FLAGS),)
-        self._call.start_server_batch(operations, self._ended)
+        self._gate.start(self._call, operations, self._ended)
 
 
 class _Waiting:
@@ -135,8 +163,9 @@ class _Waiting:
 
 
 # Starts a grpc.aio-style handler for a new call: (call, metadata, handler, the tag
-# for the batch that sends its status).
-Bridge = Callable[[cygrpc.Call, Metadata, grpc.RpcMethodHandler, Callable[[Any], None]], None]
+# for the batch that sends its status, the gate every batch of the call starts through).
+Bridge = Callable[[cygrpc.Call, Metadata, grpc.RpcMethodHandler, Callable[[Any], None],
+                   BatchGate], None]
 
 
 class CoreServer:
@@ -148,6 +177,7 @@ class CoreServer:
         """``handlers`` by full method name (``/package.Service/Method``); ``bridge``
         starts a grpc.aio-style handler on the event loop (grpc_bridge.py)."""
         self._queue = cygrpc.CompletionQueue()
+        self._gate = BatchGate()
         self._server = cygrpc.Server(tuple(channel_args), False)
         self._server.register_completion_queue(self._queue)
         self._waiting = {method: _Waiting(method, handler) for method, handler in handlers.items()}
@@ -200,7 +230,7 @@ class CoreServer:
         """After ``shutdown``: wait for gRPC core to finish its calls, end the thread.
         False if that took longer than ``timeout`` seconds."""
         finished = self._shutdown_done.wait(timeout)
-        self._queue.shutdown()
+        self._gate.shut_down(self._queue)
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
@@ -240,11 +270,11 @@ class CoreServer:
         metadata = event.invocation_metadata
         handler = waiting.handler
         if handler is None:  # a method nobody registered
-            unknown = UnaryCall(call, metadata, self._call_ended)
+            unknown = UnaryCall(call, metadata, self._call_ended, self._gate)
             unknown.fail(grpc.StatusCode.UNIMPLEMENTED, "")  # as gRPC C++ answers it
         elif type(handler) is DirectUnary:
             behavior = handler.behavior
-            unary = UnaryCall(call, metadata, self._call_ended)
+            unary = UnaryCall(call, metadata, self._call_ended, self._gate)
 
             def received(received_event: Any) -> None:
                 data = received_event.batch_operations[0].message()
@@ -258,9 +288,9 @@ class CoreServer:
                     logger.exception("gRPC: unexpected error in a method handler")
                     unary.fail(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
 
-            call.start_server_batch((cygrpc.ReceiveMessageOperation(_FLAGS),), received)
+            self._gate.start(call, (cygrpc.ReceiveMessageOperation(_FLAGS),), received)
         else:
-            self._bridge(call, metadata, handler, self._call_ended)
+            self._bridge(call, metadata, handler, self._call_ended, self._gate)
 
     def _call_ended(self, event: Any) -> None:
         """The tag of every batch that sends a call's status (the bridge's too)."""
