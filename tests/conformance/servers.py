@@ -34,10 +34,17 @@ STOP_TIMEOUT_S = 20.0
 POLL_S = 0.05
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: the sockets stay bound until all are drawn, or the
+    kernel may hand the same ephemeral port out twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def _write_repository(suite: Suite, root: Path, endpoint: Endpoint) -> None:
 
 def start_server(suite: Suite, kind: ServerKind) -> RunningServer:
     workdir = Path(tempfile.mkdtemp(prefix=f"conf-{kind.name}-"))
-    endpoint = Endpoint(_free_port(), _free_port(), _free_port(), str(workdir),
+    endpoint = Endpoint(*_free_ports(3), str(workdir),
                         uuid.uuid4().hex[:12])
     repository = workdir / "models"
     repository.mkdir()

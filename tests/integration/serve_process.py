@@ -32,9 +32,20 @@ POLL_SECONDS = 0.05
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: the sockets stay bound until all are drawn, or the
+    kernel may hand the same ephemeral port out twice."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, describe: Callable[[], str]
@@ -113,9 +124,7 @@ class ServeProcess:
         ``http=False`` or ``grpc=False`` turns that frontend off; ``env`` adds environment
         variables.
         """
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.log_path = log_path
         if command is None:
             argv: Sequence[str] = [

@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from serve_process import ServeOutput as _Serve
-from serve_process import free_port as _free_port
+from serve_process import free_ports
 
 COUNTER_PY = """
 import numpy as np
@@ -52,7 +52,7 @@ instance_group [ {{ count: 1, kind: KIND_CPU }} ]
 def serve(repo) -> Iterator[tuple[int, int, int]]:
     repo.add_model("cached", config=_config("cached", cache=True), model_py=COUNTER_PY)
     repo.add_model("plain", config=_config("plain", cache=False), model_py=COUNTER_PY)
-    http_port, grpc_port, metrics_port = _free_port(), _free_port(), _free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     process = _Serve("--model-repository", str(repo.path),
                      "--cache-config", "local,size=1048576",
                      "--http-address", "127.0.0.1", "--http-port", str(http_port),

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from serve_process import free_port
+from serve_process import free_ports
 from tritonclient.utils import InferenceServerException
 
 from infercore.testing import RepositoryBuilder
@@ -99,7 +99,7 @@ class Serve:
     """``infercore serve`` with HTTP and gRPC on free ports; TMPDIR is ``scratch``."""
 
     def __init__(self, repository: Path, scratch: Path, *flags: str) -> None:
-        self.http_port, self.grpc_port = free_port(), free_port()
+        self.http_port, self.grpc_port = free_ports(2)
         self.log_path = scratch.parent / f"serve-{self.http_port}.log"
         command = [sys.executable, "-m", "infercore", "serve", "--model-repository",
                    str(repository), "--http-address", "127.0.0.1", "--http-port",

@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from serve_process import ServeOutput as _Serve
-from serve_process import free_port as _free_port
+from serve_process import free_ports
 
 from infercore import Server
 
@@ -59,7 +59,7 @@ def repository(repo, add_sub_source) -> Path:
 
 @pytest.fixture
 def serve(repository) -> Iterator[tuple[_Serve, int, int]]:
-    http_port, metrics_port = _free_port(), _free_port()
+    http_port, metrics_port = free_ports(2)
     process = _Serve("--model-repository", str(repository), "--allow-grpc=false",
                      "--http-address", "127.0.0.1", "--http-port", str(http_port),
                      "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
