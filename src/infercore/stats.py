@@ -351,16 +351,21 @@ class ModelStats:
                 self._compute_output.add(output_ns * succeeded, succeeded)
             self._inference_count += batch_size
             if batch_size:
-                counters = self._batches.get(batch_size)
-                if counters is None:
-                    counters = self._batches[batch_size] = (_Counter(), _Counter(), _Counter())
-                counters[0].add(input_ns)
-                counters[1].add(infer_ns)
-                counters[2].add(output_ns)
+                self._add_batch(batch_size, input_ns, infer_ns, output_ns)
         if traced:  # outside the lock: ending a trace may write it out
             for request in requests:
                 if request.trace is not None:
                     request.trace.settled()
+
+    def _add_batch(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
+                   ) -> None:
+        """One execution of ``batch_size`` in batch_stats (the lock held)."""
+        counters = self._batches.get(batch_size)
+        if counters is None:
+            counters = self._batches[batch_size] = (_Counter(), _Counter(), _Counter())
+        counters[0].add(input_ns)
+        counters[1].add(infer_ns)
+        counters[2].add(output_ns)
 
     def record_response(self, index: int, infer_ns: int, output_ns: int, kind: str) -> None:
         """One response of a decoupled request: ``kind`` is "success", "fail", "empty"
@@ -391,12 +396,7 @@ class ModelStats:
             self._compute_input.add(input_ns)
             self._compute_infer.add(infer_ns)
             self._compute_output.add(output_ns)
-            counters = self._batches.get(batch_size)
-            if counters is None:
-                counters = self._batches[batch_size] = (_Counter(), _Counter(), _Counter())
-            counters[0].add(input_ns)
-            counters[1].add(infer_ns)
-            counters[2].add(output_ns)
+            self._add_batch(batch_size, input_ns, infer_ns, output_ns)
             if self._window is not None:
                 self._window.add(now_ns, request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
