@@ -1,4 +1,4 @@
-"""A small public test kit: build model repositories on disk from text.
+"""A small public test kit: build model repositories on disk from text, draw free ports.
 
     repo = RepositoryBuilder(tmp_path / "models")
     repo.add_model("add_sub", config=ADD_SUB_CONFIG, model_py=ADD_SUB_PY)
@@ -10,12 +10,27 @@ the same code paths as real repositories.
 
 from __future__ import annotations
 
+import socket
 import textwrap
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["ManualClock", "RepositoryBuilder"]
+__all__ = ["ManualClock", "RepositoryBuilder", "free_ports"]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now, for a server started next. The
+    sockets stay bound until all are drawn: drawn one by one, the kernel may hand the same
+    ephemeral port out twice."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 class RepositoryBuilder:

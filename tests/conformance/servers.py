@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infercore.testing import free_ports
+
 from .case import Suite
 from .normalize import error_line
 from .wire import Endpoint
@@ -32,19 +34,6 @@ __all__ = ["RunningServer", "ServerKind", "start_server", "triton_paths"]
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 POLL_S = 0.05
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: the sockets stay bound until all are drawn, or the
-    kernel may hand the same ephemeral port out twice."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclass(frozen=True)
@@ -131,7 +120,7 @@ def _write_repository(suite: Suite, root: Path, endpoint: Endpoint) -> None:
 
 def start_server(suite: Suite, kind: ServerKind) -> RunningServer:
     workdir = Path(tempfile.mkdtemp(prefix=f"conf-{kind.name}-"))
-    endpoint = Endpoint(*_free_ports(3), str(workdir),
+    endpoint = Endpoint(*free_ports(3), str(workdir),
                         uuid.uuid4().hex[:12])
     repository = workdir / "models"
     repository.mkdir()

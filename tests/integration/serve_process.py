@@ -25,27 +25,16 @@ from typing import IO
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from infercore.testing import free_ports
+
 __all__ = ["GrpcServeProcess", "HttpServeProcess", "ServeOutput", "ServeProcess",
-           "free_port", "http_status", "refuses_connections", "wait_for"]
+           "free_port", "free_ports", "http_status", "refuses_connections", "wait_for"]
 
 POLL_SECONDS = 0.05
 
 
 def free_port() -> int:
     return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: the sockets stay bound until all are drawn, or the
-    kernel may hand the same ephemeral port out twice."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, describe: Callable[[], str]
