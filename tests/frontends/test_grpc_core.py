@@ -34,6 +34,7 @@ class Fixture:
 cancelled = threading.Event()
 parked: list[UnaryCall] = []
 stream_cancelled = threading.Event()
+stream_hanging = threading.Event()
 
 
 def _direct_echo(call: UnaryCall, data: bytes) -> None:
@@ -77,6 +78,7 @@ async def _bridged_stream(requests, context) -> None:
     try:
         async for request in requests:
             if request == b"hang":
+                stream_hanging.set()
                 await asyncio.sleep(3600)
             await context.write(b"got:" + request)
     except asyncio.CancelledError:
@@ -88,6 +90,7 @@ async def _bridged_stream(requests, context) -> None:
 def core() -> Iterator[Fixture]:
     cancelled.clear()
     stream_cancelled.clear()
+    stream_hanging.clear()
     parked.clear()
     loop = asyncio.new_event_loop()
     loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -182,6 +185,9 @@ def test_bridged_streams_read_and_write_many_messages(core):
 def test_a_cancelled_stream_cancels_its_handler(core):
     call = core.stream("Stream")(iter([b"1", b"hang"]), timeout=30)
     assert next(call) == b"got:1"
+    # Cancelled before "hang" arrives, the handler could see the end of the requests
+    # first and return on its own: cancel it while it waits.
+    assert stream_hanging.wait(10)
     call.cancel()
     assert stream_cancelled.wait(10)
     assert core.unary("Echo")(b"next", timeout=10) == b"echo:next"
