@@ -115,6 +115,9 @@ def decode_infer(model: str, version: int, body: bytes, header_length: int | Non
     ``cache``, a JSON header seen before is not parsed again (http_header_cache).
     """
     end = len(body) if header_length is None else header_length
+    if end > len(body):  # a Content-Length longer than the chunked body that came
+        raise InvalidArgumentError(
+            f"unexpected size for request JSON, expecting {end - len(body)} more bytes")
     header = b""
     if cache is not None and header_length is not None:
         header = body[:end]

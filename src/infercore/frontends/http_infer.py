@@ -66,11 +66,17 @@ class InferDialect:
     binary_mime: bytes | None = None
     binary_reply_mime: bool = False
 
-    def header_length(self, request: HttpRequest, body: bytes) -> int | None:
+    def header_length(self, request: HttpRequest, body: bytes,
+                      decompressed: bool = False) -> int | None:
         """The size of the JSON header of ``body``: None, all of it; 0: raw inputs."""
         if self.binary_mime is None:
-            return parse_header_length(
-                request.headers.get(b"inference-header-content-length"), len(body))
+            # Triton measures the body by its Content-Length field unless it decompressed
+            # it; the two differ only for a body framed by Transfer-Encoding as well
+            declared = request.headers.get(b"content-length")
+            length = len(body) if decompressed or declared is None else int(declared)
+            header = parse_header_length(
+                request.headers.get(b"inference-header-content-length"), length)
+            return length if header is None and length != len(body) else header
         # Triton's GetInferenceHeaderLength of its SageMaker and Vertex AI frontends
         content_type = request.headers.get(b"content-type")
         position = -1 if content_type is None else content_type.find(self.binary_mime)
@@ -115,7 +121,9 @@ class InferHandler:
             encoding = request.headers.get(b"content-encoding")
             if encoding is not None and self._dialect is KSERVE:
                 body = decompress(body, encoding, self._max_input_size)
-            header_length = self._dialect.header_length(request, body)
+            # ("identity" leaves the body as it came: measured by its Content-Length)
+            header_length = self._dialect.header_length(request, body,
+                                                         body is not request.body)
         except TritonError as exc:
             if json_request_errors:
                 return error_response(exc)

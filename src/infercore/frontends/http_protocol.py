@@ -8,9 +8,13 @@ requests wait in ``_pending`` (and reading pauses while they wait), so a client 
 make the server buffer without bound. Writes respect the transport's flow control: while
 the peer does not read, no further request is started.
 
-Framing comes from the request head only: a chunked body's trailer fields are read and
-dropped (they never become headers: not a restricted API's key, not Content-Encoding or
-Inference-Header-Content-Length), as Triton's libevhtp drops them.
+Framing comes from the request head only. A request with both Transfer-Encoding and
+Content-Length is read by its Transfer-Encoding (RFC 9112 allows a server that, and Triton
+reads such a body, which clients such as ``requests`` send when a caller sets
+Transfer-Encoding itself), and its connection is closed once it is answered, as the RFC
+asks. A chunked body's trailer fields are read and dropped (they never become headers:
+not a restricted API's key, not Content-Encoding or Inference-Header-Content-Length), as
+Triton's libevhtp drops them.
 
 Limits, checked as bytes arrive (a request is refused at once, never buffered until the
 client gives up): a request target may take 8 KiB (414), a header line 8 KiB and the
@@ -118,12 +122,16 @@ class HttpConnection(asyncio.Protocol):
         self._keep_raw_headers = keep_raw_headers
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
+        # llhttp refuses Transfer-Encoding with Content-Length unless told otherwise
+        self._parser.set_dangerous_leniencies(lenient_chunked_length=True)
         self._transport: asyncio.Transport | None = None
         # the message being parsed
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._raw_headers: list[tuple[bytes, bytes]] | None = None
         self._header_bytes = 0
+        self._transfer_coding: bytes | None = None  # the Transfer-Encoding field
+        self._framed_twice = False  # ... beside a Content-Length
         self._in_head = False  # between message begin and headers complete
         self._head_began = False  # ... and the head began in the feed being parsed
         self._head_fed = 0  # bytes of later feeds that ended inside the head
@@ -211,6 +219,8 @@ class HttpConnection(asyncio.Protocol):
         self._headers = {}
         self._raw_headers = [] if self._keep_raw_headers else None
         self._header_bytes = 0
+        self._transfer_coding = None
+        self._framed_twice = False
         self._in_head = self._head_began = True
         self._head_fed = 0
         self._body = []
@@ -234,6 +244,8 @@ class HttpConnection(asyncio.Protocol):
             self._refuse(_HEADERS_TOO_LARGE, linger=True)
             raise _Refused
         lowered = name.lower()
+        if lowered == b"transfer-encoding":
+            self._transfer_coding = value
         if lowered in self._wanted:
             self._headers[lowered] = value
         if self._raw_headers is not None:
@@ -242,6 +254,14 @@ class HttpConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         length = self._headers.get(b"content-length")
+        if self._transfer_coding is not None:
+            final = self._transfer_coding.rsplit(b",", 1)[-1].strip().lower()
+            if final != b"chunked":
+                # a body framed by no chunked coding: llhttp, told to allow a Content-Length
+                # beside a Transfer-Encoding, would read it to the end of the stream
+                self._hang_up()
+                raise _Refused
+            self._framed_twice = length is not None
         if length is not None and length.isdigit() and int(length) > self._max_input_size:
             self._refuse_too_large(int(length))
             raise _Refused
@@ -279,7 +299,8 @@ class HttpConnection(asyncio.Protocol):
         method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
         request = HttpRequest(method, path, body, self._headers, self._raw_headers)
         self._body = []
-        self._pending.append((request, self._parser.should_keep_alive()))
+        keep_alive = self._parser.should_keep_alive() and not self._framed_twice
+        self._pending.append((request, keep_alive))
         if self._busy:
             if self._transport is not None and not self._read_paused:
                 self._read_paused = True
