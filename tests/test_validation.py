@@ -420,7 +420,7 @@ def test_the_request_id_is_in_the_prefix():
 def test_duplicate_requested_outputs_are_refused():
     validator = _one_input("[ 4 ]")
     request = _request({"INPUT0": _fp32(4)}, requested_outputs=["OUTPUT0", "OUTPUT0"])
-    assert _error(validator, request) == "output 'OUTPUT0' already requested"
+    assert _error(validator, request) == "output 'OUTPUT0' already exists in request"
 
 
 def test_the_least_unknown_output_is_named_before_any_input_problem():

@@ -143,11 +143,12 @@ class RequestValidator:
 
     def _check_outputs(self, wanted: Sequence[str]) -> None:
         if len(set(wanted)) != len(wanted):
-            # Current Triton refuses duplicate output names (core PR #493); 2.51 merged them.
+            # Current Triton refuses duplicate output names (core PR #493, in the words
+            # its gRPC QA test reads); 2.51 merged them. HTTP refuses them earlier.
             seen: set[str] = set()
             for name in wanted:
                 if name in seen:
-                    raise InvalidArgumentError(f"output '{name}' already requested")
+                    raise InvalidArgumentError(f"output '{name}' already exists in request")
                 seen.add(name)
         names = self.output_names
         unknown = [name for name in wanted if name not in names]

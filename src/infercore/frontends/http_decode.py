@@ -359,7 +359,10 @@ def _decode_outputs(outputs_json: list[Any], shm: SystemSharedMemory
                 raise InvalidArgumentError(
                     "Output can't set both 'shared_memory_region' and 'binary_data'")
         name = member_as_string(item, "name", "Unable to parse 'name'")
-        names.append(name)  # a name given twice is the validator's to refuse
+        if name in plans:  # current Triton's HTTP frontend (2.51 merged the two)
+            raise InvalidArgumentError(
+                f"Duplicate output name '{name}' is not allowed in a request")
+        names.append(name)
         plan = OutputPlan(name)
         if "classification" in params:
             plan.classification = as_uint(params["classification"],
@@ -374,5 +377,5 @@ def _decode_outputs(outputs_json: list[Any], shm: SystemSharedMemory
             plan.shm.view(plan.shm_offset, plan.shm_byte_size)  # bounds checked up front
         elif "binary_data" in params:
             plan.binary = as_bool(params["binary_data"], "Unable to parse 'binary_data'")
-        plans.setdefault(name, plan)
+        plans[name] = plan
     return names, plans
