@@ -4,7 +4,9 @@ A client creates a POSIX shared memory object (``shm_open``: ``/dev/shm/<key>`` 
 registers ``(name, key, offset, byte_size)``, and then names the region in its requests:
 inputs are read from it as numpy views (no copy) and outputs are written into it.
 
-Registering answers as Triton 2.51 does, texts and codes: the object is opened as
+Registering answers as Triton 2.51 does, texts and codes, with two checks current Triton
+added (a key with the Python backend's reserved prefix is refused; an offset + byte size
+past size_t is named an overflow): the object is opened as
 ``shm_open`` opens it (a name in /dev/shm, no slash inside, no symbolic link followed),
 the region must lie inside it, and the region itself is mapped, so its offset must be a
 multiple of the page size. Beyond Triton: only a regular file is accepted (not a FIFO or
@@ -54,6 +56,11 @@ _SHM_DIR = "/dev/shm"
 # opening a FIFO a key might name never waits (it is refused once opened, not regular).
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
+# Current Triton keeps keys with this prefix for the Python backend's own regions
+# (kTritonSharedMemoryRegionPrefix in its shared_memory_manager.cc); 2.51 took any key.
+_RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
+_SIZE_MAX = 2**64 - 1  # size_t, what Triton's offset + byte_size must fit
+
 REFUSAL = ("Client shared memory is disabled: start the server with "
            "--allow-client-shm=true to use shared-memory regions")
 
@@ -88,6 +95,10 @@ class SharedMemoryRegion:
         if offset < 0 or offset >= self.byte_size:
             raise InvalidArgumentError(
                 f"Invalid offset for shared memory region: '{self.name}'")
+        if byte_size > _SIZE_MAX - offset:  # current Triton's words; 2.51 said the next
+            raise InvalidArgumentError(
+                f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) "
+                f"exceeds maximum value ({_SIZE_MAX}) for region '{self.name}'")
         if byte_size <= 0 or offset + byte_size > self.byte_size:
             raise InvalidArgumentError(
                 f"Invalid offset + byte size for shared memory region: '{self.name}'")
@@ -109,6 +120,10 @@ class SystemSharedMemory:
         self._regions: dict[str, SharedMemoryRegion] = {}
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        if key.startswith(_RESERVED_KEY_PREFIX):
+            raise InvalidArgumentError(
+                f"cannot register shared memory region '{name}' with key '{key}' as the "
+                f"key contains the reserved prefix '{_RESERVED_KEY_PREFIX}'")
         # Under the lock throughout, as Triton: two registrations of one name or key
         # cannot both succeed.
         with self._lock:
