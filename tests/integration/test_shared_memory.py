@@ -226,3 +226,108 @@ def test_allow_client_shm_takes_a_boolean(tmp_path):
                            "--allow-client-shm=maybe")
     assert process.wait_exit() != 0
     assert "--allow-client-shm" in process.log()
+
+
+# -- a region in use is not unregistered ----------------------------------------------------
+# The model unregisters every region from inside execute, so the request is in flight
+# while it does (no timing): ANSWER is what the server said to it.
+UNREGISTERING_CONFIG = """
+name: "unregistering"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "URL" data_type: TYPE_STRING dims: [ 1 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "ANSWER" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+UNREGISTERING_PY = """
+import urllib.error
+import urllib.request
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            url = pb_utils.get_input_tensor_by_name(request, "URL").as_numpy()[0].decode()
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, data=b"")) as reply:
+                    answer = "%d %s" % (reply.status, reply.read().decode())
+            except urllib.error.HTTPError as error:
+                answer = "%d %s" % (error.code, error.read().decode())
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", data * 2),
+                pb_utils.Tensor("ANSWER", np.array([answer], dtype=np.object_))]))
+        return responses
+"""
+IN_USE = ("500 {\"error\":\"Failed to unregister the following system shared memory "
+          "regions: in ,out ,\"}")
+
+
+@pytest.fixture(scope="module", params=["core", "aio"])
+def unregistering(request, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[ServeProcess]:
+    root = tmp_path_factory.mktemp(f"shm-in-use-{request.param}")
+    repo = RepositoryBuilder(root / "models")
+    repo.add_model("unregistering", config=UNREGISTERING_CONFIG, model_py=UNREGISTERING_PY)
+    process = ServeProcess(root / "server.log", f"--model-repository={repo.path}",
+                           "--allow-client-shm=true", f"--grpc-transport={request.param}")
+    process.wait_ready()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0
+
+
+def _unregistering_request(client_module, url: str) -> tuple[list, list]:
+    data = client_module.InferInput("INPUT0", [4], "FP32")
+    data.set_shared_memory("in", 16)
+    target = client_module.InferInput("URL", [1], "BYTES")
+    target.set_data_from_numpy(np.array([f"http://{url}/v2/systemsharedmemory/unregister"],
+                                        dtype=np.object_))
+    output = client_module.InferRequestedOutput("OUTPUT0")
+    output.set_shared_memory("out", 16)
+    return [data, target], [output, client_module.InferRequestedOutput("ANSWER")]
+
+
+@pytest.mark.parametrize("how", ["http", "grpc", "grpc_stream"])
+def test_regions_in_use_are_kept_until_the_request_is_answered(unregistering, key, how):
+    out_key = key + "_out"
+    handles = [shm.create_shared_memory_region("in", key, 16),
+               shm.create_shared_memory_region("out", out_key, 16)]
+    shm.set_shared_memory_region(handles[0], [A[0]])
+    try:
+        with httpclient.InferenceServerClient(unregistering.http_url) as admin:
+            admin.register_system_shared_memory("in", key, 16)
+            admin.register_system_shared_memory("out", out_key, 16)
+            inputs, outputs = _unregistering_request(
+                httpclient if how == "http" else grpcclient, unregistering.http_url)
+            if how == "http":
+                result = admin.infer("unregistering", inputs, outputs=outputs)
+            else:
+                with grpcclient.InferenceServerClient(unregistering.grpc_url) as client:
+                    if how == "grpc":
+                        result = client.infer("unregistering", inputs, outputs=outputs)
+                    else:
+                        answers: list = []
+                        client.start_stream(lambda result, error: answers.append(error or result))
+                        client.async_stream_infer("unregistering", inputs, outputs=outputs)
+                        client.stop_stream()  # waits for the answer
+                        (result,) = answers
+            assert result.as_numpy("ANSWER")[0].decode() == IN_USE
+            assert [r["name"] for r in admin.get_system_shared_memory_status()] == ["in", "out"]
+            np.testing.assert_array_equal(shm.get_contents_as_numpy(
+                handles[1], np.float32, [4]), A[0] * 2)
+            admin.unregister_system_shared_memory()  # answered: no longer in use
+            assert admin.get_system_shared_memory_status() == []
+    finally:
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)

@@ -30,7 +30,7 @@ from ..errors import InvalidArgumentError
 from ..request import InferRequest, request_label
 from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
 from ..validation import RawInput
-from .shm import SystemSharedMemory
+from .shm import Regions
 
 __all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version"]
 
@@ -104,7 +104,7 @@ def parse_version(text: str) -> int:
 
 # -- requests ------------------------------------------------------------------------------
 def decode_request(
-    msg: service_pb2.ModelInferRequest, shm: SystemSharedMemory
+    msg: service_pb2.ModelInferRequest, shm: Regions
 ) -> DecodedRequest:
     """Build the engine request for ``msg``; raises InvalidArgumentError / NotFoundError.
 
@@ -236,7 +236,7 @@ def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataTyp
 
 
 def _shared_memory(
-    tensor: service_pb2.ModelInferRequest.InferInputTensor, shm: SystemSharedMemory
+    tensor: service_pb2.ModelInferRequest.InferInputTensor, shm: Regions
 ) -> memoryview | None:
     """The bytes of an input placed in shared memory, or None when it is not."""
     location = _shared_memory_params(tensor.name, tensor.parameters)

@@ -14,7 +14,8 @@ threads. Two handlers, one per transport (grpc.py):
   stream; cancelling the RPC cancels the awaiting coroutine.
 
 Either way, cancelling the RPC (client cancel, deadline, shutdown) cancels the engine
-request.
+request. The shared-memory regions a request names are in use (``Prepared.regions``)
+until its answer is serialized.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
 from .header_forward import compile_forward_pattern
 from .kserve import as_triton_error, grpc_status
-from .shm import SystemSharedMemory
+from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferService", "Prepared", "prepare"]
 
@@ -51,6 +52,7 @@ class Prepared:
     model: Model
     decoupled: bool
     batched: bool  # max_batch_size > 0: classification works per batch item
+    regions: RegionUse  # the shared memory it reads and writes, released once answered
 
     def labels_for(self) -> LabelsFor | None:
         """The classification label lookup, when some output asks for classification."""
@@ -78,13 +80,22 @@ def prepare(server: Server, shm: SystemSharedMemory, msg: pb.ModelInferRequest,
     model = server.model(msg.model_name, parse_version(msg.model_version))
     decoupled = model.decoupled  # raises NotFoundError / UnavailableError first
     batching = model.max_batch_size > 0
-    decoded = decode_request(msg, shm)
+    regions = shm.use()
+    try:
+        decoded = decode_request(msg, regions)
+    except BaseException:
+        regions.release()
+        raise
+    if decoded.outputs:  # output regions are written later, but in use from now on
+        for spec in decoded.outputs.values():
+            if spec.region:
+                regions.hold(spec.region)
     if forward is not None and metadata:
         parameters = decoded.request.parameters
         for key, value in metadata:
             if forward.search(key):
                 parameters[key] = value if isinstance(value, str) else value.decode("latin-1")
-    return Prepared(decoded, model, decoupled, batching)
+    return Prepared(decoded, model, decoupled, batching, regions)
 
 
 class InferService:
@@ -113,6 +124,7 @@ class InferService:
         return DirectUnary(self.model_infer_direct)
 
     def model_infer_direct(self, call: UnaryCall, data: bytes) -> None:
+        prepared: Prepared | None = None
         try:
             prepared = prepare(
                 self._server, self._shm, parse_request(data), self._forward,
@@ -122,6 +134,8 @@ class InferService:
             stream = self._server.infer(prepared.decoded.request, raise_on_error=False,
                                         consume_now=True)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            if prepared is not None:
+                prepared.regions.release()
             error = as_triton_error(exc)
             call.fail(grpc_status(error), error.message)
             return
@@ -146,6 +160,8 @@ class InferService:
             error = as_triton_error(exc)
             call.fail(grpc_status(error), error.message)
             return
+        finally:
+            prepared.regions.release()
         call.reply(serialized, self._reply_metadata)
 
     def handler(self) -> grpc.RpcMethodHandler:
@@ -154,6 +170,7 @@ class InferService:
         return grpc.unary_unary_rpc_method_handler(self.model_infer)
 
     async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        prepared: Prepared | None = None
         try:
             prepared = prepare(
                 self._server, self._shm, parse_request(data), self._forward,
@@ -175,6 +192,9 @@ class InferService:
             error = as_triton_error(exc)
             await context.abort(grpc_status(error), error.message)
             raise  # not reached: abort raises
+        finally:
+            if prepared is not None:
+                prepared.regions.release()
         if self._compression is not None:
             context.set_compression(self._compression)
         return serialized

@@ -112,7 +112,11 @@ class StreamSession:
                 raise UnavailableError(_SHUTTING_DOWN)
             prepared = prepare(self._server, self._shm, msg, self._forward,
                                self._metadata if self._forward is not None else None)
-            stream = self._server.infer(prepared.decoded.request, raise_on_error=False)
+            try:
+                stream = self._server.infer(prepared.decoded.request, raise_on_error=False)
+            except BaseException:
+                prepared.regions.release()
+                raise
         except Exception as exc:  # noqa: BLE001 - answered in-band
             error = as_triton_error(exc)
             message = pb.ModelStreamInferResponse(error_message=error.message)
@@ -157,6 +161,7 @@ class StreamSession:
                 await previous
             self._put(message, error)
         finally:
+            prepared.regions.release()
             if not turn.done():
                 turn.set_result(None)
             self._answered()
@@ -171,6 +176,7 @@ class StreamSession:
             if not final and prepared.decoded.empty_final_response:
                 self._put(*self._message(None, prepared, final=True))
         finally:
+            prepared.regions.release()
             self._answered()
 
     async def _answer_error(self, message: pb.ModelStreamInferResponse,

@@ -44,7 +44,7 @@ from .http_json import (
     plain,
 )
 from .http_params import RequestFields
-from .shm import SharedMemoryRegion, SystemSharedMemory
+from .shm import Regions, SharedMemoryRegion
 
 __all__ = ["DecodedInfer", "OutputPlan", "decode_infer", "parse_header_length", "raw_infer"]
 
@@ -107,7 +107,7 @@ def raw_infer(model: str, version: int, body: bytes) -> DecodedInfer:
 
 
 def decode_infer(model: str, version: int, body: bytes, header_length: int | None,
-                 shm: SystemSharedMemory, cache: HeaderCache | None = None) -> DecodedInfer:
+                 shm: Regions, cache: HeaderCache | None = None) -> DecodedInfer:
     """Build the InferRequest of a JSON (+ binary) request body; raise TritonError if bad.
 
     The fields are read in Triton's order (``id``, ``parameters``, ``inputs``, the data
@@ -163,7 +163,7 @@ def _document(header: memoryview) -> Any:
 
 
 def _decode_inputs(model: str, request_id: str, document: Any, body: bytes, offset: int,
-                   shm: SystemSharedMemory) -> dict[str, Tensor]:
+                   shm: Regions) -> dict[str, Tensor]:
     tensors: dict[str, Tensor] = {}
     for item in member_as_array(document, "inputs", "Unable to parse 'inputs'"):
         params = item.get("parameters") if isinstance(item, dict) else None
@@ -223,7 +223,7 @@ def _check_one_source(has_data: bool, has_binary: bool, has_shm: bool) -> None:
     raise InvalidArgumentError(message + " set " + " ".join(names))
 
 
-def _shared_memory(params: dict[str, Any], shm: SystemSharedMemory) -> memoryview:
+def _shared_memory(params: dict[str, Any], shm: Regions) -> memoryview:
     region = as_string(params["shared_memory_region"], "Unable to parse 'shared_memory_region'")
     offset = as_uint(params.get("shared_memory_offset", 0),
                      "Unable to parse 'shared_memory_offset'")
@@ -341,7 +341,7 @@ def _flatten(data: list[Any], context: str) -> list[Any]:
     return flat
 
 
-def _decode_outputs(outputs_json: list[Any], shm: SystemSharedMemory
+def _decode_outputs(outputs_json: list[Any], shm: Regions
                     ) -> tuple[list[str], dict[str, OutputPlan]]:
     """The requested output names, in order, and how each goes back."""
     names: list[str] = []

@@ -42,7 +42,7 @@ from .http_messages import (
     error_response,
 )
 from .kserve import as_triton_error
-from .shm import SystemSharedMemory
+from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
 
@@ -133,8 +133,16 @@ class InferHandler:
             return refusal
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash
             return error_response(as_triton_error(exc), content_type=_TEXT)
+        regions = self._shm.use()  # the shared memory the request uses until answered
         try:
-            decoded = self._decode(request, model, version, body, header_length)
+            return await self._run(request, model, version, body, header_length, regions)
+        finally:
+            regions.release()
+
+    async def _run(self, request: HttpRequest, model: str, version: int, body: bytes,
+                   header_length: int | None, regions: RegionUse) -> HttpResponse:
+        try:
+            decoded = self._decode(request, model, version, body, header_length, regions)
             # consume_now: awaited right below, so no instance thread is woken in vain
             stream = self._server.infer(decoded.request, raise_on_error=False,
                                         consume_now=True)
@@ -167,11 +175,11 @@ class InferHandler:
             return error_response(as_triton_error(exc), content_type=_TEXT)
 
     def _decode(self, request: HttpRequest, model: str, version: int, body: bytes,
-                header_length: int | None) -> DecodedInfer:
+                header_length: int | None, regions: RegionUse) -> DecodedInfer:
         if header_length == 0 or (header_length is None and not body):
             decoded = raw_infer(model, version, body)
         else:
-            decoded = decode_infer(model, version, body, header_length, self._shm,
+            decoded = decode_infer(model, version, body, header_length, regions,
                                    self._headers)
         if self._forward is not None and request.raw_headers:
             parameters = decoded.request.parameters

@@ -19,10 +19,16 @@ current Triton's flag, false by default: a frontend started without it reaches
 ``REFUSED`` (``for_clients``), which refuses every shared-memory call of its clients, the
 status, register and unregister endpoints and any tensor that names a region.
 
+A request uses its regions from its decoding until it is answered: it resolves them
+through a ``RegionUse`` (``SystemSharedMemory.use``), released once the answer is written.
+As Triton 2.51, a region in use is not unregistered: unregistering it by name is refused,
+and unregistering every region forgets those not in use and names the others in its
+error. (Current Triton defers the unregistration to the end of the requests instead.)
+
 Threads: frontends register, unregister and resolve regions from any thread; ``_lock``
-guards the name map. A region stays mapped (and its object open) while a request still
-holds a view of it: unregistering drops the registry's reference, and the mapping closes
-with its last view.
+guards the name map and the use counts. A region stays mapped (and its object open)
+while a request still holds a view of it: unregistering drops the registry's reference,
+and the mapping closes with its last view.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ import os
 import stat
 import threading
 import weakref
+from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import (
     AlreadyExistsError,
@@ -46,8 +54,8 @@ from ..errors import (
 )
 from .flag_types import boolean
 
-__all__ = ["REFUSED", "SharedMemoryRegion", "SystemSharedMemory", "add_arguments",
-           "for_clients", "registry_for"]
+__all__ = ["REFUSED", "RegionUse", "Regions", "SharedMemoryRegion", "SystemSharedMemory",
+           "add_arguments", "for_clients", "registry_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,12 +120,55 @@ class SharedMemoryRegion:
         return self.buffer[offset:offset + byte_size]
 
 
+class Regions(Protocol):
+    """Where a decoder resolves the regions a request names."""
+
+    def region(self, name: str) -> SharedMemoryRegion: ...
+
+
+class RegionUse:
+    """The regions one request reads or writes, in use until ``release``."""
+
+    __slots__ = ("_registry", "_held", "_release", "__weakref__")
+
+    def __init__(self, registry: SystemSharedMemory) -> None:
+        self._registry = registry
+        self._held: list[SharedMemoryRegion] = []
+        self._release: weakref.finalize | None = None  # set by the first region held
+
+    def region(self, name: str) -> SharedMemoryRegion:
+        """The region named ``name`` (NotFoundError if none), now in use."""
+        region = self._registry._acquire(name, required=True)
+        assert region is not None
+        self._keep(region)
+        return region
+
+    def hold(self, name: str) -> None:
+        """Mark the region named ``name`` in use if it is registered (an output region,
+        looked up again when the output is written, which reports a missing one)."""
+        region = self._registry._acquire(name, required=False)
+        if region is not None:
+            self._keep(region)
+
+    def release(self) -> None:
+        """The request is answered: its regions are no longer in use by it."""
+        if self._release is not None:
+            self._release()  # once: a finalizer runs at most once
+
+    def _keep(self, region: SharedMemoryRegion) -> None:
+        self._held.append(region)
+        if self._release is None or not self._release.alive:
+            # a request dropped on a path that forgot to release does not pin its regions
+            self._release = weakref.finalize(self, self._registry._release, self._held)
+
+
 class SystemSharedMemory:
     """The registry of system shared memory regions of one server."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._regions: dict[str, SharedMemoryRegion] = {}
+        self._users: Counter[int] = Counter()  # id(region) -> requests using it
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         if key.startswith(_RESERVED_KEY_PREFIX):
@@ -136,12 +187,41 @@ class SystemSharedMemory:
             self._regions[name] = _map(name, key, offset, byte_size)
 
     def unregister(self, name: str = "") -> None:
-        """Forget one region, or every region when ``name`` is empty."""
+        """Forget one region, or every region when ``name`` is empty; a region in use is
+        kept (InternalError, in Triton 2.51's words)."""
         with self._lock:
             if name:
+                region = self._regions.get(name)
+                if region is not None and id(region) in self._users:
+                    raise InternalError(f"Cannot unregister shared memory region '{name}', "
+                                        "it is currently in use.")
                 self._regions.pop(name, None)
-            else:
-                self._regions.clear()
+                return
+            busy = sorted(n for n, r in self._regions.items() if id(r) in self._users)
+            self._regions = {n: self._regions[n] for n in busy}
+        if busy:  # Triton's list: each name followed by " ,"
+            raise InternalError("Failed to unregister the following system shared memory "
+                                "regions: " + "".join(f"{n} ," for n in busy))
+
+    def use(self) -> RegionUse:
+        """The regions of one request, resolved as it is decoded."""
+        return RegionUse(self)
+
+    def _acquire(self, name: str, *, required: bool) -> SharedMemoryRegion | None:
+        with self._lock:
+            region = self.region(name) if required else self._regions.get(name)
+            if region is not None:
+                self._users[id(region)] += 1
+            return region
+
+    def _release(self, held: list[SharedMemoryRegion]) -> None:
+        with self._lock:
+            for region in held:
+                key = id(region)
+                self._users[key] -= 1
+                if self._users[key] <= 0:
+                    del self._users[key]
+            held.clear()
 
     def status(self, name: str = "") -> list[dict[str, object]]:
         """One region's status, or every region's by name when ``name`` is empty."""
