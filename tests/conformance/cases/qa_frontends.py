@@ -15,12 +15,13 @@ with Python-backend stand-ins for their models.
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
 
 from ..case import Case, Grpc, Http, Shm, Suite, raw_tensor
-from ..models import add_sub, identity
+from ..models import add_sub, identity, python_model
 
 _HOST = "Host: 127.0.0.1:{http_port}\r\n"
 _RAW_MODEL = "identity_fp32"  # L0_http's onnx_zero_1_float32: one FP32 [-1], batching
@@ -196,9 +197,136 @@ _SHM_CASES = [
               "test_infer_offset_out_of_bound (an offset that is -32 as a signed integer)"),
 ]
 
+# -- unregistering a region a request in flight uses -----------------------------------------
+# L0_shared_memory's TestSharedMemoryUnregister unregisters while an inference runs; here
+# the model itself makes the calls from inside execute, so the request is in flight
+# without any timing: CALLS names them (METHOD URL, or METHOD PATH under the
+# shared-memory routes of the HTTP port given as PORT, where a URL could not hold a
+# placeholder: gRPC's base64 bytes), ANSWERS has "status body" for each.
+_CALLER = "shm_caller"
+_CALLER_PY = '''
+import urllib.error
+import urllib.request
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _call(line, port):
+    method, url = line.split(" ", 1)
+    if url.startswith("/"):
+        url = "http://127.0.0.1:%d/v2/systemsharedmemory%s" % (port, url)
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return "%d %s" % (answer.status, answer.read().decode())
+    except urllib.error.HTTPError as error:
+        return "%d %s" % (error.code, error.read().decode())
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            calls = pb_utils.get_input_tensor_by_name(request, "CALLS").as_numpy()
+            port = pb_utils.get_input_tensor_by_name(request, "PORT")
+            port = 0 if port is None else int(port.as_numpy()[0])
+            answers = [_call(c.decode(), port) for c in calls.reshape(-1)]
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", data.copy()),
+                pb_utils.Tensor("ANSWERS", np.array(answers, dtype=np.object_))]))
+        return responses
+'''
+_CALLER_CONFIG = f'''
+name: "{_CALLER}"
+backend: "python"
+max_batch_size: 0
+input [
+  {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }},
+  {{ name: "CALLS" data_type: TYPE_STRING dims: [ -1 ] }},
+  {{ name: "PORT" data_type: TYPE_INT32 dims: [ 1 ] optional: true }}
+]
+output [
+  {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }},
+  {{ name: "ANSWERS" data_type: TYPE_STRING dims: [ -1 ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+'''
+_SHM_URL = "http://127.0.0.1:{http_port}/v2/systemsharedmemory"
+
+
+def _caller_infer(*calls: str) -> Http:
+    """INPUT0 read from region 'in', OUTPUT0 written to region 'out', while the model
+    makes ``calls`` (METHOD PATH under /v2/systemsharedmemory)."""
+    lines = [f"{c.split(' ', 1)[0]} {_SHM_URL}{c.split(' ', 1)[1]}" for c in calls]
+    return Http("POST", f"/v2/models/{_CALLER}/infer", json={
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [16],
+             "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 64}},
+            {"name": "CALLS", "datatype": "BYTES", "shape": [len(lines)], "data": lines}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {
+            "shared_memory_region": "out", "shared_memory_byte_size": 64}},
+            {"name": "ANSWERS"}]})
+
+
+def _caller_grpc(*calls: str) -> Grpc:
+    """``_caller_infer`` over gRPC."""
+    return Grpc("ModelInfer", {"model_name": _CALLER, "inputs": [
+        {"name": "INPUT0", "datatype": "INT32", "shape": ["16"], "parameters": {
+            "shared_memory_region": {"string_param": "in"},
+            "shared_memory_byte_size": {"int64_param": "64"}}},
+        {"name": "CALLS", "datatype": "BYTES", "shape": [str(len(calls))],
+         "contents": {"bytes_contents": [
+             base64.b64encode(call.encode()).decode() for call in calls]}},
+        {"name": "PORT", "datatype": "INT32", "shape": ["1"],
+         "contents": {"int_contents": ["{http_port}"]}}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {
+            "shared_memory_region": {"string_param": "out"},
+            "shared_memory_byte_size": {"int64_param": "64"}}}, {"name": "ANSWERS"}]})
+
+
+_KEY_SPARE = "/qaf_spare_{run}"
+
+
+def _in_use(name: str, *steps, note: str = "") -> Case:
+    """Regions 'in', 'out' and 'spare' registered, ``steps`` run, everything cleaned up."""
+    return Case(name, [
+        Shm("create", _KEY_IN, 64, _IN_BYTES), Shm("create", _KEY_OUT, 64),
+        Shm("create", _KEY_SPARE, 64), _register("in", _KEY_IN), _register("out", _KEY_OUT),
+        _register("spare", _KEY_SPARE), *steps, _UNREGISTER_ALL, _STATUS,
+        Shm("unlink", _KEY_IN), Shm("unlink", _KEY_OUT), Shm("unlink", _KEY_SPARE)],
+        note=note)
+
+
+_IN_USE_CASES = [
+    _in_use("unregister_all_while_in_use",
+            _caller_infer("POST /unregister", "GET /status"), _STATUS,
+            note="the regions not in use are unregistered, the others named in the error"),
+    _in_use("unregister_one_while_in_use",
+            _caller_infer("POST /region/in/unregister", "GET /region/in/status"), _STATUS),
+    _in_use("unregister_output_region_while_in_use",
+            _caller_infer("POST /region/out/unregister", "GET /region/out/status"), _STATUS),
+    _in_use("unregister_unused_region_while_another_in_use",
+            _caller_infer("POST /region/spare/unregister", "GET /status"), _STATUS),
+    _in_use("regions_serve_after_a_refused_unregister",
+            _caller_infer("POST /unregister"), _caller_infer("GET /region/out/status"),
+            _STATUS),
+    # (over gRPC the answers are base64 bytes, where no key could be masked: no status)
+    _in_use("unregister_while_in_use_grpc",
+            _caller_grpc("POST /unregister", "POST /region/out/unregister"),
+            Grpc("SystemSharedMemoryStatus")),
+    _in_use("unregister_after_use_grpc",
+            _caller_grpc("POST /region/spare/unregister"), Grpc("SystemSharedMemoryStatus"),
+            Grpc("SystemSharedMemoryUnregister"), Grpc("SystemSharedMemoryStatus")),
+]
+
 SUITES = [
     Suite("qa_frontends_http", "http_infer",
           [add_sub(), identity(_RAW_MODEL, max_batch_size=8)], (), _HTTP_CASES),
     Suite("qa_frontends_shm", "shared_memory", [add_sub()], (), _SHM_CASES,
+          infercore_flags=("--allow-client-shm=true",)),
+    Suite("qa_frontends_shm_in_use", "shared_memory",
+          [python_model(_CALLER, _CALLER_CONFIG, _CALLER_PY)], (), _IN_USE_CASES,
           infercore_flags=("--allow-client-shm=true",)),
 ]
