@@ -11,6 +11,9 @@ with Python-backend stand-ins for their models.
 - Current Triton's shared-memory manager refuses keys with the Python backend's reserved
   prefix (L0_shared_memory ``test_register_reserved_names``) and names an offset + byte
   size past size_t an overflow (``test_infer_integer_overflow``).
+- L0_shared_memory's ``TestSharedMemoryUnregister`` unregisters regions while a request
+  uses them: Triton 2.51 refuses (current Triton defers it to the request's end), and
+  unregistering all forgets only the regions not in use.
 """
 
 from __future__ import annotations
