@@ -252,7 +252,7 @@ def test_inference_response_accessors_and_parameters_json():
 
 
 def test_inference_response_checks_its_arguments():
-    with pytest.raises(TypeError, match='"output_tensors" must be a list.'):
+    with pytest.raises(TypeError, match="'output_tensors' must be a list, not str"):
         pb_utils.InferenceResponse(output_tensors="nope")
     with pytest.raises(pb_utils.TritonModelException, match="bool/int/str"):
         pb_utils.InferenceResponse([], parameters={"f": 1.5})

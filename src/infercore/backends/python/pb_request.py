@@ -31,6 +31,7 @@ from ...errors import TritonError as CoreTritonError
 from ...request import InferRequest, ParameterValue
 from ...response import InferResponse, ResponseSender, ResponseStream
 from ...trace_record import NO_TRACE, TraceHandle
+from .pb_args import as_int, as_list, as_str, refused
 from .pb_error import TritonError, TritonModelException
 from .pb_tensor import Tensor, _from_core, _to_core
 
@@ -158,16 +159,17 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: Mapping[str, bool | int | str] | None = None,
     ) -> None:
-        if output_tensors is None:
-            output_tensors = []
         # TypeError, as Triton's pybind constructor raises for arguments of the wrong type
-        if not isinstance(output_tensors, (list, tuple)):
-            raise TypeError('"output_tensors" must be a list.')
+        # (None included: only the argument left out means no outputs)
+        output_tensors = as_list(output_tensors, "InferenceResponse.__init__", "output_tensors")
         for tensor in output_tensors:
+            if tensor is None:  # pybind11 takes None for a tensor, Triton then refuses it
+                raise TritonModelException(
+                    "Output tensor for inference response should not be empty.")
             if not isinstance(tensor, Tensor):
                 raise TypeError(
                     "Expected a list of 'Tensor' objects in \"output_tensors\", found type "
@@ -364,28 +366,42 @@ class InferenceRequest:
     ) -> None:
         # preferred_memory is accepted as Triton does; outputs stay where the called model
         # put them. ``trace`` (the calling request's ``trace()``) traces the call as a child.
+        # Arguments convert as Triton's bindings convert them (pb_args.py): bytes or
+        # np.str_ names are str, None where a value is required is a TypeError.
+        function = "InferenceRequest.__init__"
         if inputs is None:
             raise TypeError("InferenceRequest() missing required argument 'inputs'")
         if requested_output_names is None:
             raise TypeError("InferenceRequest() missing required argument 'requested_output_names'")
         if model_name is None:
             raise TypeError("InferenceRequest() missing required argument 'model_name'")
+        request_id = as_str(request_id, function, "request_id")
+        model_name = as_str(model_name, function, "model_name")
+        if correlation_id is None:  # any other object reaches Triton's own check below
+            raise refused(function, "correlation_id", correlation_id, "int or str")
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
+        inputs = as_list(inputs, function, "inputs")
         for tensor in inputs:
-            if not isinstance(tensor, Tensor):  # TypeError: as Triton's pybind constructor
+            if tensor is None:  # pybind11 takes None for a tensor, Triton then refuses it
+                raise TritonModelException(
+                    f"Input tensor for request with id '{request_id}' and model name "
+                    f"'{model_name}' should not be empty.")
+            if not isinstance(tensor, Tensor):
                 raise TypeError(
                     f"Expected a list of 'Tensor' objects in \"inputs\", found type "
                     f"'{type(tensor)}'."
                 )
-        self._request_id = str(request_id)
+        self._request_id = request_id
         self._correlation_id = correlation_id
-        self._inputs = list(inputs)
-        self._requested_output_names = [str(name) for name in requested_output_names]
-        self._model_name = str(model_name)
-        self._model_version = int(model_version)
-        self._flags = int(flags)
-        self._timeout = int(timeout)
+        self._inputs = inputs
+        self._requested_output_names = [
+            as_str(name, function, "requested_output_names")
+            for name in as_list(requested_output_names, function, "requested_output_names")]
+        self._model_name = model_name
+        self._model_version = as_int(model_version, function, "model_version")
+        self._flags = as_int(flags, function, "flags")
+        self._timeout = as_int(timeout, function, "timeout")
         self._parameters = _parameters_dict(parameters)
         if trace is not None and not isinstance(trace, InferenceTrace):
             raise TritonModelException(

@@ -23,6 +23,7 @@ from ...tensor import DataType, MemoryType
 from ...tensor import Tensor as CoreTensor
 from ...tensor import deserialize_bytes_tensor as _core_deserialize
 from ...tensor import serialize_bytes_tensor as _core_serialize
+from .pb_args import as_array, as_str
 from .pb_error import TritonModelException
 
 __all__ = [
@@ -136,16 +137,20 @@ def deserialize_bytes_tensor(encoded_tensor: bytes | bytearray | memoryview) -> 
 class Tensor:
     """A named tensor for pb_utils requests and responses: ``Tensor("OUT", array)``.
 
-    ``array`` is any numpy array (object, bytes or str arrays make BYTES tensors); it is
-    kept as is, or as a C-contiguous copy when it is not contiguous.
+    ``array`` is a numpy array (object, bytes or str arrays make BYTES tensors; anything
+    else, a list or a scalar, is a TypeError as in Triton); it is kept as is, or as a
+    C-contiguous copy when it is not contiguous.
     """
 
     __slots__ = ("_name", "_array", "_code", "_producer", "_device_id", "_core")
 
     def __init__(self, name: str, numpy_array: Any) -> None:
-        if type(name) is not str or not name:
+        if type(name) is not str:  # bytes names are taken, as Triton's binding takes them
+            name = as_str(name, "Tensor.__init__", "name")
+        # A numpy array only, converted before the name is checked (as in Triton)
+        array = as_array(numpy_array, "Tensor.__init__", "numpy_array")
+        if not name:
             _check_name(name)
-        array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
         dtype = array.dtype
         code = _CODE_BY_DTYPE.get(dtype)  # the usual case: one lookup, no call
         if code is None:
@@ -195,9 +200,10 @@ class Tensor:
         if _is_capsule(tensor):
             return _from_capsule(name, tensor)
         if not (hasattr(tensor, "__dlpack__") and hasattr(tensor, "__dlpack_device__")):
+            # Triton's text keeps the indentation of a continued line in its source
             raise TritonModelException(
-                "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
-                "`__dlpack__` and `__dlpack_device__` attributes"
+                "Provided tensor is not supported. Tensor must be a DLPack capsule         "
+                "or have `__dlpack__` and `__dlpack_device__` attributes"
             )
         device_type, device_id = tensor.__dlpack_device__()
         if int(device_type) == _DL_CUDA:

@@ -22,6 +22,7 @@ from .model_config_api import (
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
+from .pb_args import as_str, refused
 from .pb_error import TritonError, TritonModelException
 from .pb_metrics import Metric, MetricFamily
 from .pb_request import (
@@ -134,11 +135,12 @@ _PY_LEVELS = {
 }
 
 
-def _emit(message: Any, level: int) -> None:
-    try:
-        py_level = _PY_LEVELS[LogLevel(level)]
-    except ValueError:
-        py_level = logging.INFO
+def _emit(message: Any, level: LogLevel, function: str) -> None:
+    # As Triton's binding: a str message (or bytes), and a LogLevel, not a bare int
+    message = as_str(message, function, "message")
+    if not isinstance(level, LogLevel):
+        raise refused(function, "level", level, "a pb_utils.Logger level")
+    py_level = _PY_LEVELS[level]
     if not _logger.isEnabledFor(py_level):
         return
     scope = current_scope()
@@ -166,21 +168,21 @@ class Logger:
     VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log(message: str, level: int = LogLevel.INFO) -> None:
-        _emit(message, level)
+    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+        _emit(message, level, "log")
 
     @staticmethod
     def log_info(message: str) -> None:
-        _emit(message, LogLevel.INFO)
+        _emit(message, LogLevel.INFO, "log_info")
 
     @staticmethod
     def log_warn(message: str) -> None:
-        _emit(message, LogLevel.WARNING)
+        _emit(message, LogLevel.WARNING, "log_warn")
 
     @staticmethod
     def log_error(message: str) -> None:
-        _emit(message, LogLevel.ERROR)
+        _emit(message, LogLevel.ERROR, "log_error")
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        _emit(message, LogLevel.VERBOSE)
+        _emit(message, LogLevel.VERBOSE, "log_verbose")
