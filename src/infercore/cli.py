@@ -619,8 +619,8 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    argv = normalize_argv(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    own_command_line = argv is None
+    args = parser.parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
     serve = _subparser(parser, args.command)
     for warning in deprecation_warnings(args):
         print(warning, file=sys.stderr)
@@ -652,6 +652,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_backend_directory(directory)
         except TritonError as exc:
             serve.error(exc.message)
+    if own_command_line:
+        # In-thread Python models run in this interpreter; like Triton's stub they see no
+        # command line (`unittest.main()` in a model must not read the server's flags).
+        sys.argv = [""]
     return _serve(options, args, frontend_modules=_frontend_modules(), extras=serve_extras(args))
 
 

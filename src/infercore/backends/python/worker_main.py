@@ -55,6 +55,9 @@ def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != fork_server_pid:  # it died before the prctl took effect
             return 1
+    # A model sees the command line of Triton's stub, which has none: `unittest.main()` in
+    # a model (as Triton's QA models run it) must not read the worker's own arguments.
+    sys.argv = [""]
     data_fd, answer_fd, event_fd, input_fd, output_fd, bls_fd = fds
     data = socket.socket(fileno=data_fd)
     answers = socket.socket(fileno=answer_fd)
