@@ -1,16 +1,23 @@
 """pb_utils arguments converted as Triton's pybind11 bindings convert them (pb_args.py),
-and the texts of the refusals. The outcomes Triton gives are recorded in the
-qa_python_backend_args suite; these tests check what the wire does not show (texts, the
-values kept).
+the texts of the refusals, and ``exec(decoupled=True)`` returning once the first response
+is in. The outcomes Triton gives are recorded in the qa_python_backend_args suite; these
+tests check what the wire does not show (texts, values kept, the event loop left free).
 """
 
 from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import triton_python_backend_utils as pb_utils
 from infercore.backends.python.pb_args import as_array, as_int, as_list, as_str, refused
+from infercore.backends.python.pb_request import _Scope, use_scope
+from infercore.request import InferRequest
+from infercore.response import ResponseSender, ResponseStream
 
 
 def test_refusals_open_as_pybind11_does():
@@ -79,3 +86,55 @@ def test_logger_takes_a_str_and_a_level(caplog):
         pb_utils.Logger.log("text", 1)
     with pytest.raises(TypeError, match="^log_warn\\(\\): .*'message' must be str, not NoneType"):
         pb_utils.Logger.log_warn(None)
+
+
+def test_async_exec_decoupled_waits_for_the_first_response_off_the_loop(tmp_path: Path):
+    """As in Triton's QA test async_execute: a second call, started by the event loop while
+    the first waits, is needed before either is answered. The loop must be free while the
+    first call waits for its first response (Triton's exec returns once it is in); were the
+    wait left to the ``for`` on the loop, only a timer thread would answer, after 10 s."""
+    streams: list[ResponseStream] = []
+    answered: list[ResponseStream] = []
+    senders: list[str] = []
+    lock = threading.Lock()
+
+    def answer(by: str) -> None:
+        with lock:
+            waiting = [stream for stream in streams if stream not in answered]
+            answered.extend(waiting)
+            if waiting:
+                senders.append(by)
+        for stream in waiting:
+            stream.request.sender.send({}, final=False)
+            stream.request.sender.send({}, final=True)
+
+    def infer(core: InferRequest) -> ResponseStream:
+        stream = ResponseStream(core, raise_on_error=False)
+        core.sender = ResponseSender(core, stream, core.model_name, 1)
+        with lock:
+            streams.append(stream)
+            both = len(streams) == 2
+        if both:
+            threading.Thread(target=answer, args=("both",)).start()
+        return stream
+
+    async def one_call() -> list[int]:
+        request = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+        responses = await asyncio.wait_for(request.async_exec(decoupled=True), 30)
+        return [len(response.output_tensors()) for response in responses]
+
+    async def main() -> list[list[int]]:
+        loop = asyncio.get_running_loop()
+        second: asyncio.Future[asyncio.Task[list[int]]] = loop.create_future()
+        loop.call_later(0.05, lambda: second.set_result(loop.create_task(one_call())))
+        first = await one_call()
+        return [first, await (await second)]
+
+    fallback = threading.Timer(10, answer, ("timer",))
+    fallback.start()
+    try:
+        with use_scope(_Scope("caller", 1, tmp_path, "caller_0", infer)):
+            assert asyncio.run(main()) == [[0, 0], [0, 0]]
+    finally:
+        fallback.cancel()
+    assert senders == ["both"]

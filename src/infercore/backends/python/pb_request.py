@@ -508,7 +508,12 @@ class InferenceRequest:
     ) -> InferenceResponse | ResponseIterator:
         stream, error = self._start(scope, decoupled)
         if decoupled:
-            return ResponseIterator(stream, error)
+            responses = ResponseIterator(stream, error)
+            # As Triton's exec: it returns once the first response is in, so an
+            # `await async_exec(decoupled=True)` waits for it on the executor thread, not
+            # in the `for` over the iterator, which would block the event loop.
+            responses._prefetch()
+            return responses
         if error is not None:
             return InferenceResponse._from_error(error)
         assert stream is not None
@@ -600,6 +605,11 @@ class ResponseIterator:
         self._seen.append(response)
         self._index += 1
         return response
+
+    def _prefetch(self) -> None:
+        """Wait for the first response (handed out first by the iteration)."""
+        if not self._final_seen and not self._seen:
+            self._seen.append(self._receive())
 
     def _receive(self) -> InferenceResponse:
         if self._error is not None:
