@@ -12,6 +12,8 @@ both execution modes answer the same cases.
 
 from __future__ import annotations
 
+import json
+
 from ..case import Case, Http, Model, Suite
 from ..models import python_model
 
@@ -110,6 +112,12 @@ GROUPS = {
     "argv": {
         "sys_argv": lambda: sys.argv,
     },
+    "response_parameters": {
+        "taken": lambda: pb_utils.InferenceResponse(
+            [], parameters={"b": True, "i": 1, "s": "x"}).parameters(),
+        "float_value": lambda: pb_utils.InferenceResponse([], parameters={"f": 1.5}),
+        "int_key": lambda: pb_utils.InferenceResponse([], parameters={1: 1}),
+    },
 }
 
 
@@ -173,11 +181,28 @@ _NOTES = {
     "argv": "the command line a model sees (unittest.main() in a model reads it)",
 }
 
+# Triton 2.51's InferenceResponse has no parameters (a TypeError); newer ones take them
+_RESPONSE_PARAMETERS = (
+    "python_backend src/pb_stub.cc (current main): InferenceResponse's binding takes "
+    "parameters=None and has parameters(); PyParametersToJSON refuses keys that are not "
+    "str and values that are not bool/int/str with TritonModelException texts "
+    "(L0_backend_python/parameters, response_parameters_test.py)")
+_PARAMETERS_SEEN = json.dumps({
+    "float_value": "TritonModelException: Expect parameters values to have type "
+                   "bool/int/str, found type <class 'float'>",
+    "int_key": "TritonModelException: Expect parameters keys to have type str, found type "
+               "<class 'int'>",
+    "taken": json.dumps({"b": True, "i": 1, "s": "x"}),
+}, sort_keys=True)
+
 _CASES = [
     Case(f"{group}_args{suffix}", [_ask(model, group), _ask(model, "argv")], note=note)
     for group, note in _NOTES.items() if group != "argv"
     for model, suffix in (("arg_probe", ""), ("arg_probe_process", "_process"))
 ] + [
+    Case("response_parameters", [_ask("arg_probe", "response_parameters")],
+         newer=_RESPONSE_PARAMETERS, expect=[{"status": 200, "body": {"outputs": [{
+             "name": "SEEN", "datatype": "BYTES", "shape": [1], "data": [_PARAMETERS_SEEN]}]}}]),
     Case("model_argv", [_ask("arg_probe", "argv")], note=_NOTES["argv"]),
     Case("model_argv_process", [_ask("arg_probe_process", "argv")], note=_NOTES["argv"]),
 ]
