@@ -502,13 +502,21 @@ def test_deserialize_rejects_huge_length_prefix():
         deserialize_bytes_tensor(b"\xff\xff\xff\xff" + b"abc")
 
 
-@pytest.mark.parametrize(("items", "count"), [([b"a", b"b"], 3), ([b"a", b"b"], 1), ([], 1)])
+@pytest.mark.parametrize(("items", "count"), [([b"a", b"b"], 3), ([], 1)])
 def test_deserialize_rejects_element_count_mismatch(items, count):
     with pytest.raises(InvalidArgumentError) as info:
         deserialize_bytes_tensor(_wire(*items), count=count)
     assert str(info.value) == (
         f"BYTES tensor data holds {len(items)} elements, but the shape needs {count}"
     )
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_deserialize_stops_past_the_count_the_shape_needs(count):
+    with pytest.raises(InvalidArgumentError) as info:
+        deserialize_bytes_tensor(_wire(b"a", b"b") + b"\xff", count=count)  # not read
+    assert str(info.value) == (
+        f"BYTES tensor data holds more than the {count} elements the shape needs")
 
 
 def test_deserialize_without_count_accepts_any_number_of_elements():

@@ -342,14 +342,19 @@ def deserialize_bytes_tensor(
 
     ``count`` is the element count the shape promises; a buffer that holds a different
     number of elements, or whose length prefixes run past its end, raises
-    InvalidArgumentError.
+    InvalidArgumentError. Reading stops past ``count`` elements: what a client's shape
+    refuses costs no more than the shape allows.
     """
     view = memoryview(buffer).cast("B")
     total = len(view)
     items: list[bytes] = []
     offset = 0
     unpack = struct.Struct("<I").unpack_from
+    limit = total if count is None else count  # an element takes 4 bytes at least
     while offset < total:
+        if len(items) == limit:
+            raise InvalidArgumentError(
+                f"BYTES tensor data holds more than the {count} elements the shape needs")
         if offset + 4 > total:
             raise InvalidArgumentError(
                 "BYTES tensor data is truncated: an element length prefix is incomplete"

@@ -343,6 +343,10 @@ class GrpcFrontend(LoopThreadFrontend):
         deadline = time.monotonic() + 5.0
         while core.active and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+        # Large requests still being decoded answer their (cancelled) calls first: no
+        # answer may be started once the queue is shut down.
+        assert self._large is not None
+        await asyncio.to_thread(self._large.shutdown)
         if not await asyncio.to_thread(core.close, 5.0):
             logger.error("the gRPC server did not shut down in time")
 
@@ -375,9 +379,9 @@ class GrpcFrontend(LoopThreadFrontend):
                           ) -> dict[str, DirectUnary | grpc.RpcMethodHandler]:
         """GRPCInferenceService's handlers; ``direct``: ModelInfer for grpc_core's queue
         thread, the rest grpc.aio-style."""
-        assert self._executor is not None
+        assert self._executor is not None and self._large is not None
         options = self.options
-        infer = InferService(self._server, self._shm,
+        infer = InferService(self._server, self._shm, self._large,
                              compression=COMPRESSION_LEVELS[options.response_compression],
                              header_forward_pattern=options.header_forward_pattern)
         handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = dict(

@@ -12,15 +12,20 @@ reply needs to know (classification and shared-memory outputs, the stream-only
   ``timeout`` set the request's fields; other keys reach the model as parameters, and keys
   starting with ``triton_`` are reserved.
 
-Pure functions: no state, no threads; the frontend calls them on its event-loop thread.
-Error texts follow Triton's, since clients match on them.
+``split_raw_contents`` takes a large serialized request's ``raw_input_contents`` out as
+views over the received bytes before protobuf parses the rest: protobuf copies a bytes
+field when it parses it and again each time it is read, three copies of a tensor that
+may be refused anyway.
+
+Pure functions: no state, no threads; the frontend calls them on the thread that decodes
+the request. Error texts follow Triton's, since clients match on them.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +37,8 @@ from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes
 from ..validation import RawInput
 from .shm import Regions
 
-__all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version"]
+__all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version",
+           "split_raw_contents"]
 
 # The `triton_` request parameters Triton accepts (all others are reserved).
 RESERVED_PARAMETERS = ("triton_enable_empty_final_response",)
@@ -102,11 +108,71 @@ def parse_version(text: str) -> int:
     return version
 
 
+_RAW_INPUT_CONTENTS = 7  # ModelInferRequest's field number
+
+
+def split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]] | None:
+    """A serialized ModelInferRequest without its ``raw_input_contents``, and views over
+    ``data`` of those contents, in order; None when ``data`` is not a well-formed message
+    (protobuf's parse of it then says why). The other fields keep their order."""
+    view = memoryview(data)
+    total = len(data)
+    kept: list[memoryview] = []
+    raw: list[memoryview] = []
+    start = 0  # where the run of kept fields began
+    offset = 0
+    while offset < total:
+        field = offset
+        key, offset = _varint(data, offset)
+        wire = key & 7
+        if wire == 2:  # length-delimited: every field the message declares
+            length, offset = _varint(data, offset)
+            end = offset + length
+            if end > total:
+                return None
+            if key >> 3 == _RAW_INPUT_CONTENTS:
+                kept.append(view[start:field])
+                raw.append(view[offset:end])
+                start = end
+            offset = end
+        elif wire == 0:
+            _, offset = _varint(data, offset)
+        elif wire == 1:
+            offset += 8
+        elif wire == 5:
+            offset += 4
+        else:  # groups, or not protobuf at all
+            return None
+        if offset < 0 or offset > total:
+            return None
+    kept.append(view[start:])
+    return b"".join(kept), raw
+
+
+def _varint(data: bytes, offset: int) -> tuple[int, int]:
+    """The varint at ``offset`` and the offset after it (-1: truncated or too long)."""
+    value = 0
+    shift = 0
+    total = len(data)
+    while offset < total and shift < 64:
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, offset
+        shift += 7
+    return 0, -1
+
+
 # -- requests ------------------------------------------------------------------------------
 def decode_request(
-    msg: service_pb2.ModelInferRequest, shm: Regions
+    msg: service_pb2.ModelInferRequest, shm: Regions,
+    raw_contents: Sequence[bytes | memoryview] | None = None,
 ) -> DecodedRequest:
     """Build the engine request for ``msg``; raises InvalidArgumentError / NotFoundError.
+
+    ``raw_contents``: the message's ``raw_input_contents`` when they were split off it
+    (``split_raw_contents``).
 
     In Triton's order: the request parameters, the input names, each input's data, then
     the outputs' parameters. What the data says against its declared shape is left to the
@@ -130,7 +196,7 @@ def decode_request(
     if msg.outputs:
         request.requested_outputs = tuple(out.name for out in msg.outputs)
     tensors = request.inputs
-    raw = msg.raw_input_contents
+    raw = msg.raw_input_contents if raw_contents is None else raw_contents
     raw_count = len(raw)
     raw_index = 0
     for io in inputs:

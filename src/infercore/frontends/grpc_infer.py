@@ -14,13 +14,19 @@ threads. Two handlers, one per transport (grpc.py):
   stream; cancelling the RPC cancels the awaiting coroutine.
 
 Either way, cancelling the RPC (client cancel, deadline, shutdown) cancels the engine
-request. The shared-memory regions a request names are in use (``Prepared.regions``)
-until its answer is serialized.
+request, and a message over ``LARGE_REQUEST_BYTES`` is parsed, decoded and started on the
+frontend's large-request thread (large_requests.py), so that the thread serving every
+client is not held up by it; a large one refused is followed by ``release_refused``. The
+shared-memory regions a request names are in use (``Prepared.regions``) until its answer
+is serialized.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -31,14 +37,22 @@ from ..errors import InternalError, InvalidArgumentError, UnsupportedError
 from ..handle import Model
 from ..response import InferResponse, ResponseStream
 from ..server import Server
-from .grpc_codec import DecodedRequest, decode_request, parse_version
+from .grpc_codec import (
+    DecodedRequest,
+    decode_request,
+    parse_version,
+    split_raw_contents,
+)
 from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
 from .header_forward import compile_forward_pattern
 from .kserve import as_triton_error, grpc_status
+from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
 from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferService", "Prepared", "prepare"]
+
+logger = logging.getLogger(__name__)
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _parse = pb.ModelInferRequest.FromString
@@ -71,18 +85,20 @@ def parse_request(data: bytes) -> pb.ModelInferRequest:
 
 def prepare(server: Server, shm: SystemSharedMemory, msg: pb.ModelInferRequest,
             forward: re.Pattern[str] | None = None,
-            metadata: tuple[tuple[str, str | bytes], ...] | None = None) -> Prepared:
+            metadata: tuple[tuple[str, str | bytes], ...] | None = None,
+            raw_contents: Sequence[bytes | memoryview] | None = None) -> Prepared:
     """Resolve the model of ``msg`` and decode it; raises the error to answer with.
 
     ``forward`` names request headers (from ``metadata``) to pass on as string
-    parameters, as tritonserver's ``--grpc-header-forward-pattern`` does.
+    parameters, as tritonserver's ``--grpc-header-forward-pattern`` does;
+    ``raw_contents``: its ``raw_input_contents`` split off (grpc_codec).
     """
     model = server.model(msg.model_name, parse_version(msg.model_version))
     decoupled = model.decoupled  # raises NotFoundError / UnavailableError first
     batching = model.max_batch_size > 0
     regions = shm.use()
     try:
-        decoded = decode_request(msg, regions)
+        decoded = decode_request(msg, regions, raw_contents)
     except BaseException:
         regions.release()
         raise
@@ -101,11 +117,12 @@ def prepare(server: Server, shm: SystemSharedMemory, msg: pb.ModelInferRequest,
 class InferService:
     """The ModelInfer RPC."""
 
-    def __init__(self, server: Server, shm: SystemSharedMemory, *,
+    def __init__(self, server: Server, shm: SystemSharedMemory, large: LargeRequests, *,
                  compression: grpc.Compression | None = None,
                  header_forward_pattern: str = "") -> None:
         self._server = server
         self._shm = shm
+        self._large = large
         self._compression = compression
         self._forward = compile_forward_pattern(header_forward_pattern,
                                                 "grpc-header-forward-pattern")
@@ -124,28 +141,60 @@ class InferService:
         return DirectUnary(self.model_infer_direct)
 
     def model_infer_direct(self, call: UnaryCall, data: bytes) -> None:
-        prepared: Prepared | None = None
-        try:
-            prepared = prepare(
-                self._server, self._shm, parse_request(data), self._forward,
-                call.metadata if self._forward is not None else None)
-            if prepared.decoupled:
-                raise UnsupportedError(_DECOUPLED)
-            stream = self._server.infer(prepared.decoded.request, raise_on_error=False,
-                                        consume_now=True)
-        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
-            if prepared is not None:
-                prepared.regions.release()
-            error = as_triton_error(exc)
-            call.fail(grpc_status(error), error.message)
+        if len(data) > LARGE_REQUEST_BYTES:
+            self._large.submit(self._infer_large, call, data)
             return
+        self._infer_direct(call, data)
+
+    def _infer_large(self, call: UnaryCall, data: bytes) -> None:
+        """``_infer_direct`` on the large-request thread (it must answer the call)."""
+        try:
+            refused = self._infer_direct(call, data)
+        except Exception as exc:  # a bug: still answer, or the call would hang
+            logger.exception("gRPC: unexpected error in ModelInfer")
+            call.fail(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+            refused = True
+        if refused:
+            self._large.release_refused()
+
+    def _infer_direct(self, call: UnaryCall, data: bytes) -> bool:
+        """Start the request of ``data`` and answer ``call``, now or when it is done;
+        True when it was refused before it started."""
+        try:
+            prepared, stream = self._start(data, call.metadata)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            # in a function of its own: a local here naming the error would make a cycle
+            # with its traceback, keeping this frame and its data until a full collection
+            _fail(call, exc)
+            return True
         # Watch for a cancel before an instance thread may answer (UnaryCall's rule);
         # a request the model ran inline (the common case) needs no watch.
         if not stream.done:
             call.watch_cancel(stream.cancel)
             if stream.when_ready(lambda: self._answer(call, stream, prepared)):
-                return
+                return False
         self._answer(call, stream, prepared)
+        return False
+
+    def _start(self, data: bytes, metadata: tuple[tuple[str, str | bytes], ...] | None
+               ) -> tuple[Prepared, ResponseStream]:
+        """Parse, decode and start a ModelInfer request; raises the error to answer with."""
+        split = split_raw_contents(data) if len(data) > LARGE_REQUEST_BYTES else None
+        if split is None:
+            msg, raw = parse_request(data), None
+        else:  # the tensors stay where they were received (grpc_codec)
+            msg, raw = parse_request(split[0]), split[1]
+        prepared = prepare(self._server, self._shm, msg, self._forward,
+                           metadata if self._forward is not None else None, raw)
+        try:
+            if prepared.decoupled:
+                raise UnsupportedError(_DECOUPLED)
+            # consume_now: the stream is read as soon as the request is done
+            return prepared, self._server.infer(prepared.decoded.request,
+                                                raise_on_error=False, consume_now=True)
+        except BaseException:
+            prepared.regions.release()  # not started: nothing else will release them
+            raise
 
     def _answer(self, call: UnaryCall, stream: ResponseStream, prepared: Prepared) -> None:
         """Send the (only) response of a finished request; on whichever thread has it."""
@@ -157,8 +206,7 @@ class InferService:
                 raise response.error
             serialized = self._serialize(response, prepared)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
-            error = as_triton_error(exc)
-            call.fail(grpc_status(error), error.message)
+            _fail(call, exc)
             return
         finally:
             prepared.regions.release()
@@ -172,14 +220,15 @@ class InferService:
     async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
         prepared: Prepared | None = None
         try:
-            prepared = prepare(
-                self._server, self._shm, parse_request(data), self._forward,
-                context.invocation_metadata() if self._forward is not None else None)
-            if prepared.decoupled:
-                raise UnsupportedError(_DECOUPLED)
-            # consume_now: awaited right below, so no instance thread is woken in vain
-            stream = self._server.infer(prepared.decoded.request, raise_on_error=False,
-                                        consume_now=True)
+            metadata = context.invocation_metadata() if self._forward is not None else None
+            if len(data) > LARGE_REQUEST_BYTES:
+                try:
+                    prepared, stream = await self._large.run(self._start, data, metadata)
+                except Exception:
+                    asyncio.get_running_loop().call_soon(self._large.release_refused)
+                    raise
+            else:
+                prepared, stream = self._start(data, metadata)
             try:
                 # Not decoupled: the first response is the final one.
                 response = await anext(stream)
@@ -208,3 +257,9 @@ class InferService:
         out = pb.ModelInferResponse()
         encode_response(response, out, specs, self._shm, prepared.labels_for())
         return out.SerializeToString()
+
+
+def _fail(call: UnaryCall, exc: BaseException) -> None:
+    """End ``call`` with the status of ``exc``."""
+    error = as_triton_error(exc)
+    call.fail(grpc_status(error), error.message)

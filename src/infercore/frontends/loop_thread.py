@@ -3,7 +3,8 @@
 Threads: ``start`` and ``stop`` run on the caller's thread; ``_serve`` (the subclass's
 server) runs on the frontend's own thread, named ``infercore-<kind>``, with its own event
 loop (uvloop when installed); repository work goes to a small thread pool the frontend
-also owns. States: created -> started -> stopped (a failed start ends stopped too).
+also owns, and large requests to a thread of their own, ``infercore-<kind>-large``
+(large_requests.py). States: created -> started -> stopped (a failed start ends stopped too).
 
 ``_serve`` binds, sets ``_port``, calls ``_listening.set()``, waits for
 ``_stop_requested``, then lets in-flight work finish within ``_stop_timeout`` seconds.
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InvalidArgumentError
 from ..response import mark_long_lived_loop
+from .large_requests import LargeRequests
 
 __all__ = ["LoopThreadFrontend", "new_event_loop"]
 
@@ -46,6 +48,7 @@ class LoopThreadFrontend:
         self._executor_name = executor_name
         self._thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._large: LargeRequests | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
         self._listening = threading.Event()
@@ -72,6 +75,7 @@ class LoopThreadFrontend:
             self._state = "started"
         self._executor = ThreadPoolExecutor(self._executor_threads,
                                             thread_name_prefix=self._executor_name)
+        self._large = LargeRequests(f"infercore-{self.kind}-large")
         self._thread = threading.Thread(target=self._run, name=f"infercore-{self.kind}",
                                         daemon=True)
         self._thread.start()
@@ -79,6 +83,7 @@ class LoopThreadFrontend:
         if self._start_error is not None:
             self._thread.join()
             self._executor.shutdown(wait=False)
+            self._large.shutdown()
             with self._state_lock:
                 self._state = "stopped"
             raise self._start_error
@@ -99,10 +104,12 @@ class LoopThreadFrontend:
             except RuntimeError:  # the loop already ended (it failed): just join
                 pass
         assert self._thread is not None and self._executor is not None
+        assert self._large is not None
         self._thread.join(self._stop_timeout + 5.0)
         if self._thread.is_alive():
             logger.error("the %s frontend's thread did not stop in time", self.label)
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._large.shutdown()
 
     def __enter__(self) -> LoopThreadFrontend:
         self.start()

@@ -1,0 +1,80 @@
+"""Where a large request is decoded: off the thread that serves every client.
+
+A frontend reads all its clients on one thread (HTTP: the event loop; gRPC: the
+completion-queue thread), and decoding and validating a request costs time in proportion
+to what it holds (inputs, BYTES elements, JSON values): done there, one request of 4
+million BYTES elements kept every other client waiting for over a second. So a request
+body over ``LARGE_REQUEST_BYTES`` is decoded, validated and started on a thread of its
+own, ``infercore-<kind>-large``; the serving thread goes on meanwhile, taking the GIL
+back at each switch interval (5 ms) while that thread runs Python code. Small requests,
+the common case, never leave the serving thread.
+
+A refused large request is followed by ``release_memory`` (memory.py) on that thread, once
+what it held is gone, so the pages it used (its copies, the many small objects of its
+inputs) go back to the system: never after small requests, as a full collection costs
+milliseconds, and one release at a time stands for every refusal queued before it.
+
+Threads: the frontend that owns a ``LargeRequests`` creates it when it starts and shuts it
+down when it stops; ``submit``, ``run`` and ``release_refused`` may be called from any
+thread (``_lock`` guards ``_release_queued``). The one thread is marked as serving
+(response.py): the engine runs only brief models inline on it, so one long execution
+cannot hold up the large requests behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+from ..memory import release_memory
+from ..response import mark_serving_thread
+
+__all__ = ["LARGE_REQUEST_BYTES", "LargeRequests"]
+
+# Up to this size a request is decoded where it arrives: at most some 16k BYTES elements
+# or a few thousand inputs, a few ms of work.
+LARGE_REQUEST_BYTES = 64 * 1024
+
+T = TypeVar("T")
+
+
+class LargeRequests:
+    """The thread that decodes a frontend's large requests, one at a time."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name,
+                                            initializer=mark_serving_thread)
+        self._lock = threading.Lock()
+        self._release_queued = False
+
+    def submit(self, work: Callable[..., T], *args: object) -> Future[T]:
+        return self._executor.submit(work, *args)
+
+    async def run(self, work: Callable[..., T], *args: object) -> T:
+        """Await ``work(*args)`` run on the thread, from the frontend's event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
+
+    def release_refused(self) -> None:
+        """A refused large request is being dropped: give its memory back to the system
+        once its references are gone (queued behind the work that held them: the
+        executor drops a work item before it takes the next)."""
+        with self._lock:
+            if self._release_queued:
+                return
+            self._release_queued = True
+        try:
+            self._executor.submit(self._release)
+        except RuntimeError:  # shut down: the process is ending anyway
+            pass
+
+    def _release(self) -> None:
+        with self._lock:
+            self._release_queued = False
+        release_memory()
+
+    def shutdown(self) -> None:
+        """Finish the work already given (each answers its request), then end the thread."""
+        self._executor.shutdown(wait=True)
