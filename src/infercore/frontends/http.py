@@ -157,7 +157,7 @@ class HttpFrontend(LoopThreadFrontend):
         router = HttpRouter(self._server, self._shm, self._executor,
                             max_input_size=options.max_input_size,
                             header_forward_pattern=options.header_forward_pattern,
-                            busy_poll=busy_poll, dialect=self.dialect)
+                            busy_poll=busy_poll, dialect=self.dialect, large=self._large)
         # The restricted header is not among those the connection reads by default.
         keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
         handle = guard_http(self._handler(router), options.restricted)
@@ -167,7 +167,7 @@ class HttpFrontend(LoopThreadFrontend):
             return HttpConnection(handle, connections,
                                   max_input_size=options.max_input_size,
                                   keep_raw_headers=keep_raw, busy_poll=busy_poll,
-                                  wanted_headers=wanted)
+                                  wanted_headers=wanted, large=self._large)
 
         listener = await asyncio.get_running_loop().create_server(
             connection, options.address or None, options.port, reuse_address=True,

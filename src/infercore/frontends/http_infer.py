@@ -6,6 +6,9 @@ engine execute short models inline on this thread (no thread crossing, and the
 coroutine finishes without ever waiting) and otherwise parks on a future that the
 engine resolves; only then does the connection step it on (http_eager, no Task).
 Cancelling it there (the client went away) cancels the request through the stream.
+A body over ``LARGE_REQUEST_BYTES`` is decoded and started on the frontend's large-request
+thread instead (large_requests.py), so that the loop serves the other clients meanwhile;
+a large one refused is followed by ``release_refused``.
 
 As in Triton, the model is looked up (a decoupled one refused) and the headers read before
 the body, and those errors are answered ``text/plain``; errors found in the body or by the
@@ -21,12 +24,13 @@ frontends for them take every body as identity-encoded).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
-from ..response import InferResponse
+from ..response import InferResponse, ResponseStream
 from ..server import Server
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
 from .header_forward import compile_forward_pattern
@@ -42,6 +46,7 @@ from .http_messages import (
     error_response,
 )
 from .kserve import as_triton_error
+from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
 from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
@@ -100,10 +105,11 @@ class InferHandler:
 
     def __init__(self, server: Server, shm: SystemSharedMemory, *, max_input_size: int,
                  header_forward_pattern: str = "", busy_poll: BusyPoll | None = None,
-                 dialect: InferDialect = KSERVE) -> None:
+                 dialect: InferDialect = KSERVE, large: LargeRequests | None = None) -> None:
         self._server = server
         self._dialect = dialect
         self._busy_poll = busy_poll
+        self._large = large  # None: every body is decoded on the loop
         self._shm = shm
         self._max_input_size = max_input_size
         self._forward = compile_forward_pattern(header_forward_pattern,
@@ -141,15 +147,19 @@ class InferHandler:
 
     async def _run(self, request: HttpRequest, model: str, version: int, body: bytes,
                    header_length: int | None, regions: RegionUse) -> HttpResponse:
+        large = self._large if len(body) > LARGE_REQUEST_BYTES else None
         try:
-            decoded = self._decode(request, model, version, body, header_length, regions)
-            # consume_now: awaited right below, so no instance thread is woken in vain
-            stream = self._server.infer(decoded.request, raise_on_error=False,
-                                        consume_now=True)
-        except TritonError as exc:
-            return error_response(exc)
-        except Exception as exc:  # noqa: BLE001
-            return error_response(as_triton_error(exc))
+            if large is None:
+                decoded, stream = self._start(request, model, version, body, header_length,
+                                              regions)
+            else:  # off the loop, which serves every other client meanwhile
+                decoded, stream = await large.run(
+                    self._start, request, model, version, body, header_length, regions)
+        except Exception as exc:  # noqa: BLE001 - any failure is answered
+            if large is not None:  # once this coroutine (holding the body) has ended
+                asyncio.get_running_loop().call_soon(large.release_refused)
+            return error_response(exc if isinstance(exc, TritonError)
+                                  else as_triton_error(exc))
         try:  # the answer's own errors: Triton sends them without a content type
             # a thread of ours answers: the loop must leave it the GIL meanwhile
             held = hold_while_a_thread_answers(self._busy_poll, stream)
@@ -173,6 +183,15 @@ class InferHandler:
             return error_response(exc, content_type=_TEXT)
         except Exception as exc:  # noqa: BLE001
             return error_response(as_triton_error(exc), content_type=_TEXT)
+
+    def _start(self, request: HttpRequest, model: str, version: int, body: bytes,
+               header_length: int | None, regions: RegionUse
+               ) -> tuple[DecodedInfer, ResponseStream]:
+        """Decode the request and start it in the engine; raises the error to answer."""
+        decoded = self._decode(request, model, version, body, header_length, regions)
+        # consume_now: awaited at once, so no instance thread is woken in vain
+        return decoded, self._server.infer(decoded.request, raise_on_error=False,
+                                           consume_now=True)
 
     def _decode(self, request: HttpRequest, model: str, version: int, body: bytes,
                 header_length: int | None, regions: RegionUse) -> DecodedInfer:

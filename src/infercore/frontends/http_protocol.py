@@ -5,8 +5,11 @@ the router answers, at once for most endpoints, or (inference and model control)
 coroutine started at once that, if it must wait, the future it waits on steps on
 (http_eager). Requests on a connection are answered in order, one at a time: pipelined
 requests wait in ``_pending`` (and reading pauses while they wait), so a client cannot
-make the server buffer without bound. Writes respect the transport's flow control: while
-the peer does not read, no further request is started.
+make the server buffer without bound; after ``_ANSWERS_PER_TURN`` answered at once, the
+connection lets the loop serve the others before it goes on, so a client pipelining
+thousands of requests does not hold up every other client while they are answered.
+Writes respect the transport's flow control: while the peer does not read, no further
+request is started.
 
 Framing comes from the request head only. A request with both Transfer-Encoding and
 Content-Length is read by its Transfer-Encoding (RFC 9112 allows a server that, and Triton
@@ -22,8 +25,10 @@ whole head, or a trailer, 1 MiB (431); a body ``max_input_size`` bytes (Triton's
 ``--http-max-input-size``), a chunk announcing more is refused from its announced size
 (400, the same answer as a body that grew too large). A refused request is answered and
 the rest of it read and discarded for a moment before the connection closes, so the
-client still reads the answer. Bytes that are not HTTP are not answered: the connection
-is closed (after the requests before them are answered), as Triton closes it.
+client still reads the answer; what it had buffered is dropped at once (and, when that
+was much, memory is given back: large_requests.py). Bytes that are not HTTP are not
+answered: the connection is closed (after the requests before them are answered), as
+Triton closes it.
 
 A response with a ``stream`` (server-sent events) is written as its pieces come, in
 chunked transfer encoding (raw, then closing, for an HTTP/1.0 client), by the task that
@@ -33,7 +38,8 @@ drain before it takes the next piece.
 With a ``BusyPoll`` (busy_poll.py), each chunk of request read and each response written
 keeps the loop awake for its window, so a quick next event is handled without a wake-up.
 
-Threads: everything here runs on the frontend's event-loop thread. A connection that
+Threads: everything here runs on the frontend's event-loop thread (a large body's
+decoding aside: http_infer). A connection that
 goes away cancels its request in flight, which cancels the inference request (a streamed
 body's iterator is closed, which ends what produces it).
 
@@ -60,6 +66,7 @@ from .http_messages import (
     error_response,
     serialize_head,
 )
+from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
 
 __all__ = ["ConnectionSet", "HttpConnection", "WANTED_HEADERS"]
 
@@ -76,6 +83,7 @@ MAX_HEADER_LINE_BYTES = 8 * 1024
 MAX_HEAD_BYTES = 1024 * 1024
 _CHUNK_TAIL_BYTES = 1024  # kept of a feed that ended between chunks (a split size line)
 _DISCARD_SECONDS = 2.0  # how long a refused body may keep arriving before we hang up
+_ANSWERS_PER_TURN = 32  # requests answered in a row before the loop serves other clients
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "PATCH",
                                       "OPTIONS")}
@@ -113,9 +121,11 @@ class HttpConnection(asyncio.Protocol):
 
     def __init__(self, router: Router, connections: ConnectionSet, *, max_input_size: int,
                  keep_raw_headers: bool = False, busy_poll: BusyPoll | None = None,
-                 wanted_headers: frozenset[bytes] = WANTED_HEADERS) -> None:
+                 wanted_headers: frozenset[bytes] = WANTED_HEADERS,
+                 large: LargeRequests | None = None) -> None:
         self._router = router
         self._wanted = wanted_headers
+        self._large = large  # gives memory back after a large refused body
         self._connections = connections
         self._busy_poll = busy_poll
         self._max_input_size = max_input_size
@@ -151,6 +161,8 @@ class HttpConnection(asyncio.Protocol):
         # what answers the current request when it could not be answered at once
         self._task: asyncio.Task[None] | Suspended[HttpResponse] | None = None
         self._busy = False
+        self._turn_answers = 0  # answered in a row in this turn of the loop
+        self._yielded = False  # the loop serves other clients before we go on
         self._read_paused = False
         self._write_paused = False
         self._writable: asyncio.Future[None] | None = None  # a streamed body waits on it
@@ -181,6 +193,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if self._busy_poll is not None:  # its answer, or the engine's, may come soon
             self._busy_poll.touch()
+        self._turn_answers = 0  # a read: a new turn of the loop
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -301,7 +314,7 @@ class HttpConnection(asyncio.Protocol):
         self._body = []
         keep_alive = self._parser.should_keep_alive() and not self._framed_twice
         self._pending.append((request, keep_alive))
-        if self._busy:
+        if self._busy or self._yielded:
             if self._transport is not None and not self._read_paused:
                 self._read_paused = True
                 self._transport.pause_reading()  # answer what we have before reading more
@@ -311,7 +324,16 @@ class HttpConnection(asyncio.Protocol):
     # -- answering ---------------------------------------------------------------------------
     def _serve_pending(self) -> None:
         """Answer queued requests in order until one must wait or writing is paused."""
-        while self._pending and not self._busy and not self._write_paused and not self._closed:
+        while (self._pending and not self._busy and not self._yielded
+               and not self._write_paused and not self._closed):
+            if self._turn_answers == _ANSWERS_PER_TURN:
+                self._yielded = True
+                self._loop.call_soon(self._next_turn)
+                if self._transport is not None and not self._read_paused:
+                    self._read_paused = True
+                    self._transport.pause_reading()
+                return
+            self._turn_answers += 1
             request, keep_alive = self._pending.popleft()
             result = self._router(request)
             if not isinstance(result, HttpResponse):
@@ -333,6 +355,12 @@ class HttpConnection(asyncio.Protocol):
             elif self._read_paused and not self._closed:
                 self._read_paused = False
                 self._transport.resume_reading()
+
+    def _next_turn(self) -> None:
+        """The loop served the others: answer the next requests queued."""
+        self._yielded = False
+        self._turn_answers = 0
+        self._serve_pending()
 
     def _answered(self, response: HttpResponse | None, error: BaseException | None,
                   keep_alive: bool = True) -> None:
@@ -508,6 +536,9 @@ class HttpConnection(asyncio.Protocol):
             return
         self._discarding = True
         self._pending.clear()
+        self._body = []  # what a refused body buffered: dropped now, not at the close
+        if self._body_size > LARGE_REQUEST_BYTES and self._large is not None:
+            self._large.release_refused()
         if self._task is not None:
             self._task.cancel()
         self._abandon_stream()

@@ -37,6 +37,7 @@ from .http_json import JsonObject, parse_json, utf8
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
 from .http_params import is_uint
 from .kserve import as_triton_error
+from .large_requests import LargeRequests
 from .shm import SystemSharedMemory
 
 __all__ = ["HttpRouter"]
@@ -72,14 +73,15 @@ class HttpRouter:
 
     def __init__(self, server: Server, shm: SystemSharedMemory, executor: Executor, *,
                  max_input_size: int, header_forward_pattern: str = "",
-                 busy_poll: BusyPoll | None = None, dialect: InferDialect = KSERVE) -> None:
+                 busy_poll: BusyPoll | None = None, dialect: InferDialect = KSERVE,
+                 large: LargeRequests | None = None) -> None:
         self._server = server
         self._shm = shm
         self._executor = executor
         self._generate = GenerateHandler(server, busy_poll=busy_poll)
         self.infer = InferHandler(server, shm, max_input_size=max_input_size,
                                   header_forward_pattern=header_forward_pattern,
-                                  busy_poll=busy_poll, dialect=dialect)
+                                  busy_poll=busy_poll, dialect=dialect, large=large)
 
     def handle(self, request: HttpRequest) -> Result:
         try:
