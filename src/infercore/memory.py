@@ -7,8 +7,16 @@ threshold grows, so later 1 MiB buffers come from the heap, and freeing them low
 process's resident memory only when the heap is trimmed. ``release_memory`` does both:
 a full collection, then ``malloc_trim(0)`` where the C library has it (glibc).
 
-Call it after work that frees much at once (an unload), never on a request's path: a full
-collection costs milliseconds.
+Call it after work that frees much at once (an unload, a large refused request), never
+on a request's path: a full collection costs milliseconds.
+
+``map_large_buffers`` (called once by ``infercore serve``) fixes glibc's mmap threshold:
+by default it rises with every large buffer freed (up to 32 MiB), so that tensors of many
+MiB then come from a thread's heap, and ``malloc_trim`` does not shrink the top of a
+thread's heap: after a few refused 16 MiB requests the server kept some 100 MiB it no
+longer used. With a fixed threshold every buffer of 4 MiB or more is mapped on its own
+and unmapped when freed, and smaller ones stay on the heap (an MiB-sized tensor is reused
+from there without page faults).
 """
 
 from __future__ import annotations
@@ -17,27 +25,43 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 from collections.abc import Callable
 
-__all__ = ["release_memory"]
+__all__ = ["map_large_buffers", "release_memory"]
 
 logger = logging.getLogger(__name__)
 
 
-def _find_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
+LARGE_BUFFER_BYTES = 4 * 1024 * 1024
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _libc_function(name: str, argtypes: list[type]) -> Callable[..., int] | None:
+    library = ctypes.util.find_library("c")
+    if library is None:
         return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim with
+        function = getattr(ctypes.CDLL(library), name)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function  # type: ignore[no-any-return]
 
 
-_TRIM = _find_trim()
+_TRIM = _libc_function("malloc_trim", [ctypes.c_size_t])
+_MALLOPT = _libc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+
+
+def map_large_buffers(threshold: int = LARGE_BUFFER_BYTES) -> bool:
+    """Have glibc map each buffer of ``threshold`` bytes or more on its own (see the module
+    doc); False where it cannot, or where the environment already sets the threshold."""
+    tuned = os.environ.get("MALLOC_MMAP_THRESHOLD_") is not None or (
+        "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""))
+    if _MALLOPT is None or tuned:
+        return False
+    return bool(_MALLOPT(_M_MMAP_THRESHOLD, threshold))
 
 
 def release_memory() -> None:
