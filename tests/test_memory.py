@@ -18,6 +18,7 @@ def test_large_buffers_are_mapped_on_their_own_with_glibc():
 @pytest.mark.parametrize(("name", "value"), [
     ("MALLOC_MMAP_THRESHOLD_", "65536"),
     ("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536"),
+    ("MALLOC_TRIM_THRESHOLD_", "65536"),
 ])
 def test_a_threshold_set_by_the_environment_is_left_alone(monkeypatch, name, value):
     monkeypatch.setenv(name, value)

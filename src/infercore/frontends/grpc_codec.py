@@ -111,17 +111,23 @@ def parse_version(text: str) -> int:
 _RAW_INPUT_CONTENTS = 7  # ModelInferRequest's field number
 
 
-def split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]] | None:
+def split_raw_contents(data: bytes, max_fields: int | None = None
+                       ) -> tuple[bytes, list[memoryview]] | None:
     """A serialized ModelInferRequest without its ``raw_input_contents``, and views over
     ``data`` of those contents, in order; None when ``data`` is not a well-formed message
-    (protobuf's parse of it then says why). The other fields keep their order."""
+    (protobuf's parse of it then says why) or has more than ``max_fields`` top-level
+    fields. The other fields keep their order."""
     view = memoryview(data)
     total = len(data)
     kept: list[memoryview] = []
     raw: list[memoryview] = []
     start = 0  # where the run of kept fields began
     offset = 0
+    fields = 0
     while offset < total:
+        fields += 1
+        if max_fields is not None and fields > max_fields:
+            return None
         field = offset
         key, offset = _varint(data, offset)
         wire = key & 7

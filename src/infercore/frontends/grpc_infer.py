@@ -14,11 +14,13 @@ threads. Two handlers, one per transport (grpc.py):
   stream; cancelling the RPC cancels the awaiting coroutine.
 
 Either way, cancelling the RPC (client cancel, deadline, shutdown) cancels the engine
-request, and a message over ``LARGE_REQUEST_BYTES`` is parsed, decoded and started on the
-frontend's large-request thread (large_requests.py), so that the thread serving every
-client is not held up by it; a large one refused is followed by ``release_refused``. The
-shared-memory regions a request names are in use (``Prepared.regions``) until its answer
-is serialized.
+request. A message over ``LARGE_REQUEST_BYTES`` has its raw tensors split off first
+(grpc_codec), and when the rest costs much to decode (large_requests.py) it is parsed,
+decoded and started on the frontend's large-request thread, so that the thread serving
+every client is not held up by it; such a message refused is followed by
+``release_refused``.
+The shared-memory regions a request names are in use (``Prepared.regions``) until
+its answer is serialized.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
 from .header_forward import compile_forward_pattern
 from .kserve import as_triton_error, grpc_status
-from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
+from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferService", "Prepared", "prepare"]
@@ -56,6 +58,7 @@ logger = logging.getLogger(__name__)
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _parse = pb.ModelInferRequest.FromString
+_FIELDS_SPLIT_HERE = 64  # top-level fields read on the completion-queue thread, at most
 
 
 @dataclass(slots=True)
@@ -141,10 +144,14 @@ class InferService:
         return DirectUnary(self.model_infer_direct)
 
     def model_infer_direct(self, call: UnaryCall, data: bytes) -> None:
+        split = None
         if len(data) > LARGE_REQUEST_BYTES:
-            self._large.submit(self._infer_large, call, data)
-            return
-        self._infer_direct(call, data)
+            # a few fields around large tensors are split here; many go to the thread
+            split = split_raw_contents(data, _FIELDS_SPLIT_HERE)
+            if split is None or costs_much(split[0], len(split[0]), len(data)):
+                self._large.submit(self._infer_large, call, data)
+                return
+        self._infer_direct(call, data, split)
 
     def _infer_large(self, call: UnaryCall, data: bytes) -> None:
         """``_infer_direct`` on the large-request thread (it must answer the call)."""
@@ -157,11 +164,12 @@ class InferService:
         if refused:
             self._large.release_refused()
 
-    def _infer_direct(self, call: UnaryCall, data: bytes) -> bool:
-        """Start the request of ``data`` and answer ``call``, now or when it is done;
-        True when it was refused before it started."""
+    def _infer_direct(self, call: UnaryCall, data: bytes,
+                      split: tuple[bytes, list[memoryview]] | None = None) -> bool:
+        """Start the request of ``data`` (``split``: its raw tensors split off) and answer
+        ``call``, now or when it is done; True when it was refused before it started."""
         try:
-            prepared, stream = self._start(data, call.metadata)
+            prepared, stream = self._start(data, call.metadata, split)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
             # in a function of its own: a local here naming the error would make a cycle
             # with its traceback, keeping this frame and its data until a full collection
@@ -176,10 +184,12 @@ class InferService:
         self._answer(call, stream, prepared)
         return False
 
-    def _start(self, data: bytes, metadata: tuple[tuple[str, str | bytes], ...] | None
+    def _start(self, data: bytes, metadata: tuple[tuple[str, str | bytes], ...] | None,
+               split: tuple[bytes, list[memoryview]] | None = None
                ) -> tuple[Prepared, ResponseStream]:
         """Parse, decode and start a ModelInfer request; raises the error to answer with."""
-        split = split_raw_contents(data) if len(data) > LARGE_REQUEST_BYTES else None
+        if split is None and len(data) > LARGE_REQUEST_BYTES:
+            split = split_raw_contents(data)
         if split is None:
             msg, raw = parse_request(data), None
         else:  # the tensors stay where they were received (grpc_codec)
@@ -221,7 +231,7 @@ class InferService:
         prepared: Prepared | None = None
         try:
             metadata = context.invocation_metadata() if self._forward is not None else None
-            if len(data) > LARGE_REQUEST_BYTES:
+            if len(data) > LARGE_REQUEST_BYTES:  # (this transport is not the fast one)
                 try:
                     prepared, stream = await self._large.run(self._start, data, metadata)
                 except Exception:

@@ -6,9 +6,9 @@ engine execute short models inline on this thread (no thread crossing, and the
 coroutine finishes without ever waiting) and otherwise parks on a future that the
 engine resolves; only then does the connection step it on (http_eager, no Task).
 Cancelling it there (the client went away) cancels the request through the stream.
-A body over ``LARGE_REQUEST_BYTES`` is decoded and started on the frontend's large-request
-thread instead (large_requests.py), so that the loop serves the other clients meanwhile;
-a large one refused is followed by ``release_refused``.
+A body that costs much to decode (large_requests.py) is decoded and started on the
+frontend's large-request thread instead, so that the loop serves the other clients
+meanwhile; such a body refused is followed by ``release_refused``.
 
 As in Triton, the model is looked up (a decoupled one refused) and the headers read before
 the body, and those errors are answered ``text/plain``; errors found in the body or by the
@@ -46,7 +46,7 @@ from .http_messages import (
     error_response,
 )
 from .kserve import as_triton_error
-from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
+from .large_requests import LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
@@ -147,7 +147,10 @@ class InferHandler:
 
     async def _run(self, request: HttpRequest, model: str, version: int, body: bytes,
                    header_length: int | None, regions: RegionUse) -> HttpResponse:
-        large = self._large if len(body) > LARGE_REQUEST_BYTES else None
+        large = self._large
+        if large is not None and not costs_much(
+                body, len(body) if header_length is None else header_length, len(body)):
+            large = None
         try:
             if large is None:
                 decoded, stream = self._start(request, model, version, body, header_length,

@@ -4,10 +4,14 @@ A frontend reads all its clients on one thread (HTTP: the event loop; gRPC: the
 completion-queue thread), and decoding and validating a request costs time in proportion
 to what it holds (inputs, BYTES elements, JSON values): done there, one request of 4
 million BYTES elements kept every other client waiting for over a second. So a request
-body over ``LARGE_REQUEST_BYTES`` is decoded, validated and started on a thread of its
-own, ``infercore-<kind>-large``; the serving thread goes on meanwhile, taking the GIL
-back at each switch interval (5 ms) while that thread runs Python code. Small requests,
-the common case, never leave the serving thread.
+that ``costs_much`` is decoded, validated and started on a thread of its own,
+``infercore-<kind>-large``; the serving thread goes on meanwhile, taking the GIL back at
+each switch interval (5 ms) while that thread runs Python code. The cost is in what is
+not tensor data (a JSON header, the protobuf fields around the raw tensors) and in BYTES
+data, never in the bytes of other tensors, which become views: so a request costs much
+when the rest is over ``LARGE_REQUEST_BYTES``, or when it is large and holds BYTES.
+Small requests, and large tensors of numbers (a 1 MiB image), never leave the serving
+thread.
 
 A refused large request is followed by ``release_memory`` (memory.py) on that thread, once
 what it held is gone, so the pages it used (its copies, the many small objects of its
@@ -32,13 +36,20 @@ from typing import TypeVar
 from ..memory import release_memory
 from ..response import mark_serving_thread
 
-__all__ = ["LARGE_REQUEST_BYTES", "LargeRequests"]
+__all__ = ["LARGE_REQUEST_BYTES", "LargeRequests", "costs_much"]
 
 # Up to this size a request is decoded where it arrives: at most some 16k BYTES elements
 # or a few thousand inputs, a few ms of work.
 LARGE_REQUEST_BYTES = 64 * 1024
 
 T = TypeVar("T")
+
+
+def costs_much(rest: bytes, end: int, size: int) -> bool:
+    """Whether a request of ``size`` bytes, whose part that is not raw tensor data is
+    ``rest[:end]``, is one for the large-request thread (see the module doc)."""
+    return end > LARGE_REQUEST_BYTES or (
+        size > LARGE_REQUEST_BYTES and rest.find(b"BYTES", 0, end) >= 0)
 
 
 class LargeRequests:
