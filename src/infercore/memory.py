@@ -5,10 +5,11 @@ Python frees an object when its last reference goes, but what a model's module r
 collector, and glibc keeps freed heap pages mapped: after a few large frees its mmap
 threshold grows, so later 1 MiB buffers come from the heap, and freeing them lowers the
 process's resident memory only when the heap is trimmed. ``release_memory`` does both:
-a full collection, then ``malloc_trim(0)`` where the C library has it (glibc).
+a collection (a full one unless told which generations), then ``malloc_trim(0)`` where
+the C library has it (glibc).
 
 Call it after work that frees much at once (an unload, a large refused request), never
-on a request's path: a full collection costs milliseconds.
+on a request's path: a full collection costs milliseconds, and holds the GIL meanwhile.
 
 ``map_large_buffers`` (called once by ``infercore serve``) fixes glibc's mmap threshold:
 by default it rises with every large buffer freed (up to 32 MiB), so that tensors of many
@@ -68,9 +69,10 @@ def map_large_buffers(threshold: int = LARGE_BUFFER_BYTES) -> bool:
                 and _MALLOPT(_M_TRIM_THRESHOLD, 2 * threshold))
 
 
-def release_memory() -> None:
-    """Collect unreachable cycles, then return free heap pages to the system."""
-    collected = gc.collect()
+def release_memory(generation: int = 2) -> None:
+    """Collect unreachable cycles (up to ``generation``: 2 is a full collection), then
+    return free heap pages to the system."""
+    collected = gc.collect(generation)
     if _TRIM is not None:
         _TRIM(0)
     logger.debug("released memory: %d objects collected", collected)

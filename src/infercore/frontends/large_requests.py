@@ -13,10 +13,18 @@ when the rest is over ``LARGE_REQUEST_BYTES``, or when it is large and holds BYT
 Small requests, and large tensors of numbers (a 1 MiB image), never leave the serving
 thread.
 
+Work on that thread runs with the cyclic collector paused: a decode that builds hundreds
+of thousands of objects (100k JSON inputs) otherwise sets off full collections, each one
+long C call over every object in the process that holds the GIL (300 ms of a 0.9 s
+decode, during which no other client was served). Nothing is lost: what the decode
+builds is freed by reference counting, and collections resume when it ends.
+
 A refused large request is followed by ``release_memory`` (memory.py) on that thread, once
 what it held is gone, so the pages it used (its copies, the many small objects of its
-inputs) go back to the system: never after small requests, as a full collection costs
-milliseconds, and one release at a time stands for every refusal queued before it.
+inputs) go back to the system: never after small requests, and one release at a time
+stands for every refusal queued before it. It collects the young generations only: what
+the request built is there (no collection promoted it while the decode ran), and a full
+collection holds the GIL for tens of milliseconds in a server with many objects.
 
 Threads: the frontend that owns a ``LargeRequests`` creates it when it starts and shuts it
 down when it stops; ``submit``, ``run`` and ``release_refused`` may be called from any
@@ -28,7 +36,9 @@ cannot hold up the large requests behind it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -62,11 +72,12 @@ class LargeRequests:
         self._release_queued = False
 
     def submit(self, work: Callable[..., T], *args: object) -> Future[T]:
-        return self._executor.submit(work, *args)
+        return self._executor.submit(_uncollected, work, *args)
 
     async def run(self, work: Callable[..., T], *args: object) -> T:
         """Await ``work(*args)`` run on the thread, from the frontend's event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work, *args)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, _uncollected, work, *args)
 
     def release_refused(self) -> None:
         """A refused large request is being dropped: give its memory back to the system
@@ -84,8 +95,28 @@ class LargeRequests:
     def _release(self) -> None:
         with self._lock:
             self._release_queued = False
-        release_memory()
+        release_memory(generation=1)
 
     def shutdown(self) -> None:
         """Finish the work already given (each answers its request), then end the thread."""
         self._executor.shutdown(wait=True)
+
+
+def _uncollected(work: Callable[..., T], *args: object) -> T:
+    """``work(*args)`` with the cyclic collector paused (see the module doc)."""
+    paused = gc.isenabled()  # (left as it is where something else turned it off)
+    if paused:
+        gc.disable()
+    try:
+        return work(*args)
+    except BaseException as exc:
+        # The frames of its traceback hold what the request built (a parsed document):
+        # their locals go now, or the first collection after this would walk all of it.
+        error: BaseException | None = exc
+        while error is not None:
+            traceback.clear_frames(error.__traceback__)
+            error = error.__cause__ or error.__context__
+        raise
+    finally:
+        if paused:
+            gc.enable()
