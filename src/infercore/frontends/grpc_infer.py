@@ -17,8 +17,8 @@ Either way, cancelling the RPC (client cancel, deadline, shutdown) cancels the e
 request. A message over ``LARGE_REQUEST_BYTES`` has its raw tensors split off first
 (grpc_codec), and when the rest costs much to decode (large_requests.py) it is parsed,
 decoded and started on the frontend's large-request thread, so that the thread serving
-every client is not held up by it; such a message refused is followed by
-``release_refused``.
+every client is not held up by it; any message over ``LARGE_REQUEST_BYTES`` refused is
+followed by ``release_refused``.
 The shared-memory regions a request names are in use (``Prepared.regions``) until
 its answer is serialized.
 """
@@ -151,7 +151,8 @@ class InferService:
             if split is None or costs_much(split[0], len(split[0]), len(data)):
                 self._large.submit(self._infer_large, call, data)
                 return
-        self._infer_direct(call, data, split)
+        if self._infer_direct(call, data, split) and split is not None:
+            self._large.release_refused()  # large, though cheap to decode
 
     def _infer_large(self, call: UnaryCall, data: bytes) -> None:
         """``_infer_direct`` on the large-request thread (it must answer the call)."""

@@ -8,7 +8,8 @@ engine resolves; only then does the connection step it on (http_eager, no Task).
 Cancelling it there (the client went away) cancels the request through the stream.
 A body that costs much to decode (large_requests.py) is decoded and started on the
 frontend's large-request thread instead, so that the loop serves the other clients
-meanwhile; such a body refused is followed by ``release_refused``.
+meanwhile; any body over ``LARGE_REQUEST_BYTES`` refused is followed by
+``release_refused``.
 
 As in Triton, the model is looked up (a decoupled one refused) and the headers read before
 the body, and those errors are answered ``text/plain``; errors found in the body or by the
@@ -46,7 +47,7 @@ from .http_messages import (
     error_response,
 )
 from .kserve import as_triton_error
-from .large_requests import LargeRequests, costs_much
+from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
@@ -159,8 +160,9 @@ class InferHandler:
                 decoded, stream = await large.run(
                     self._start, request, model, version, body, header_length, regions)
         except Exception as exc:  # noqa: BLE001 - any failure is answered
-            if large is not None:  # once this coroutine (holding the body) has ended
-                asyncio.get_running_loop().call_soon(large.release_refused)
+            if self._large is not None and len(body) > LARGE_REQUEST_BYTES:
+                # once this coroutine (holding the body) has ended
+                asyncio.get_running_loop().call_soon(self._large.release_refused)
             return error_response(exc if isinstance(exc, TritonError)
                                   else as_triton_error(exc))
         try:  # the answer's own errors: Triton sends them without a content type
