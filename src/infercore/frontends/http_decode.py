@@ -296,10 +296,11 @@ def _numbers(data_type: DataType, flat: list[Any], count: int) -> np.ndarray:
     """``count`` JSON values as ``data_type``; Triton's errors for a value of the wrong kind
     and for a count that is not the shape's (whichever it meets first)."""
     kind = _KIND[data_type]
-    types = set(map(type, flat))
     if not flat and not count:
         return np.empty(0, dtype=data_type.numpy_dtype)
-    if types <= _ACCEPTED[kind] and len(flat) == count:
+    # the count first: the kinds of millions of values that cannot fit are not gathered
+    # (one long call, which would hold every other client up)
+    if len(flat) == count and set(map(type, flat)) <= _ACCEPTED[kind]:
         if kind == "bool":
             return np.array(flat, dtype=np.bool_)
         if kind == "float":
