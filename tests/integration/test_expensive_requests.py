@@ -2,10 +2,14 @@
 
 Stall: while one client sends a request that is costly to decode or validate (millions of
 BYTES elements, many thousands of inputs or JSON values, thousands of pipelined
-requests), another client's health checks keep being answered: the slowest one stays
-under ``STALL_BOUND_S``, a generous bound (the target is 50 ms; this suite runs on two
-loaded cores; measured figures are in docs/performance.md). Before, such requests held
-every client up for 0.5 to 1.5 s, and 100k unknown inputs for minutes.
+requests), another client's health checks keep being answered. Processed where every
+client is served (as before), such a request held each check up until it was done: the
+check waiting on it took most of the time from the request's sending to its answer. So
+the tests ask that no check waited for half of that time, or, where the request is now
+cheap, that none waited over ``STALL_BOUND_S``, a generous bound (the target is 50 ms;
+this suite runs on two loaded cores). Either holds however slow the machine is; the
+measured figures are in docs/performance.md. Before, such requests held every client up
+for 0.5 to 1.5 s, and 100k unknown inputs for minutes.
 
 Memory: after a corpus of large refused requests the server's resident memory (read from
 /proc) comes back near where it started, and a refused 256 MiB gRPC message costs at
@@ -20,6 +24,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -157,13 +162,14 @@ def _assert_serving(server: ServeProcess) -> None:
 
 # -- another client's health checks ---------------------------------------------------------
 class HealthWatch:
-    """Checks the server's health every 2 ms on a connection of its own, in a thread."""
+    """Checks the server's health every 2 ms on a connection of its own, in a thread;
+    ``request()`` marks the time an expensive request is sent and answered."""
 
     def __init__(self, server: ServeProcess, protocol: str) -> None:
         self._stop = threading.Event()
         self._checked = threading.Event()
-        self.slowest = 0.0
-        self.checks = 0
+        self.spans: list[tuple[float, float]] = []  # each check's start and end
+        self.window = (0.0, 0.0)
         if protocol == "grpc":
             channel = grpc.insecure_channel(server.grpc_url)
             ready = channel.unary_unary("/inference.GRPCInferenceService/ServerReady")
@@ -190,10 +196,15 @@ class HealthWatch:
         while not self._stop.is_set():
             start = time.monotonic()
             self._check()
-            self.slowest = max(self.slowest, time.monotonic() - start)
-            self.checks += 1
+            self.spans.append((start, time.monotonic()))
             self._checked.set()
             time.sleep(0.002)
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        start = time.monotonic()
+        yield
+        self.window = (start, time.monotonic())
 
     def __enter__(self) -> HealthWatch:
         self._thread.start()
@@ -207,9 +218,15 @@ class HealthWatch:
 
 
 def _assert_no_stall(watch: HealthWatch) -> None:
-    assert watch.checks > 1
-    assert watch.slowest < STALL_BOUND_S, (
-        f"another client's health check took {watch.slowest * 1e3:.0f} ms")
+    """No other client waited for the expensive request (see the module doc)."""
+    start, end = watch.window
+    assert end > start, "the request was not timed"
+    overlapping = [done - began for began, done in watch.spans if done > start and began < end]
+    assert overlapping, "no health check while the request was processed"
+    slowest = max(overlapping)
+    assert slowest < (end - start) / 2 or slowest < STALL_BOUND_S, (
+        f"another client's health check took {slowest * 1e3:.0f} ms of the "
+        f"{(end - start) * 1e3:.0f} ms the request took")
 
 
 # -- item 4: an expensive request does not stall the others -----------------------------------
@@ -217,14 +234,14 @@ def test_a_large_bytes_mismatch_over_http_does_not_stall_other_clients(server):
     body, headers = _binary({"inputs": [{
         "name": "TEXT", "shape": [1], "datatype": "BYTES",
         "parameters": {"binary_data_size": len(EMPTY_STRINGS)}}]}, EMPTY_STRINGS)
-    with HealthWatch(server, "http") as watch:
+    with HealthWatch(server, "http") as watch, watch.request():
         assert _post(server.http_port, "/v2/models/text/infer", body, headers) == 400
     _assert_no_stall(watch)
     _assert_serving(server)
 
 
 def test_a_large_bytes_mismatch_over_grpc_does_not_stall_other_clients(server):
-    with HealthWatch(server, "grpc") as watch:
+    with HealthWatch(server, "grpc") as watch, watch.request():
         code = _grpc_infer(server, _text_grpc(EMPTY_STRINGS))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     _assert_no_stall(watch)
@@ -234,8 +251,8 @@ def test_a_large_bytes_mismatch_over_grpc_does_not_stall_other_clients(server):
 def test_many_unknown_inputs_over_http_do_not_stall_other_clients(server):
     body = json.dumps({"inputs": [
         {"name": f"X{i}", "shape": [1], "datatype": "INT32", "data": [0]}
-        for i in range(30_000)]}).encode()
-    with HealthWatch(server, "http") as watch:
+        for i in range(100_000)]}).encode()
+    with HealthWatch(server, "http") as watch, watch.request():
         assert _post(server.http_port, "/v2/models/add_sub/infer", body) == 400
     _assert_no_stall(watch)
     _assert_serving(server)
@@ -246,7 +263,7 @@ def test_many_unknown_inputs_over_grpc_do_not_stall_other_clients(server):
     for i in range(100_000):
         request.inputs.add(name=f"X{i}", datatype="INT32", shape=[1]).contents \
             .int_contents.append(0)
-    with HealthWatch(server, "grpc") as watch:
+    with HealthWatch(server, "grpc") as watch, watch.request():
         code = _grpc_infer(server, request)
     # the error names every input: more than the client takes as a status (as with Triton)
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -259,7 +276,7 @@ def test_millions_of_json_values_do_not_stall_other_clients(server):
     body = ('{"inputs":[{"name":"INPUT0","shape":[16],"datatype":"INT32","data":' + values
             + '},{"name":"INPUT1","shape":[16],"datatype":"INT32","data":' + values[:33]
             + "]}]}").encode()
-    with HealthWatch(server, "http") as watch:
+    with HealthWatch(server, "http") as watch, watch.request():
         assert _post(server.http_port, "/v2/models/add_sub/infer", body) == 500
     _assert_no_stall(watch)
     _assert_serving(server)
@@ -271,7 +288,7 @@ def test_thousands_of_pipelined_requests_do_not_stall_other_clients(server):
     count = 5000
     answered = ok = 0
     with HealthWatch(server, "http") as watch, socket.create_connection(
-            ("127.0.0.1", server.http_port), timeout=60) as sock:
+            ("127.0.0.1", server.http_port), timeout=60) as sock, watch.request():
         sock.sendall(one * count)
         tail = b""  # a status line may be split between reads
         while answered < count:
