@@ -86,10 +86,9 @@ _ADD_SUB_JSON = json.dumps({"inputs": [
     for name in ("INPUT0", "INPUT1")]}).encode()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+@contextmanager
+def _serve(root: Path) -> Iterator[ServeProcess]:
     """Both frontends with tritonserver's default limits (a 64 MiB HTTP body)."""
-    root = tmp_path_factory.mktemp("expensive")
     repo = RepositoryBuilder(root / "models")
     repo.add_model("add_sub", config=ADD_SUB_CONFIG, model_py=ADD_SUB_PY)
     repo.add_model("text", config=TEXT_CONFIG, model_py=TEXT_PY)
@@ -101,6 +100,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    with _serve(tmp_path_factory.mktemp("expensive")) as process:
+        yield process
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[ServeProcess]:
+    """A server that has served nothing yet: its memory is its own starting point."""
+    with _serve(tmp_path) as process:
+        yield process
 
 
 # -- clients ------------------------------------------------------------------------------
@@ -335,7 +347,8 @@ def test_a_refused_256_mib_grpc_message_is_not_copied_again(server):
     _assert_serving(server)
 
 
-def test_refused_large_requests_give_their_memory_back(server):
+def test_refused_large_requests_give_their_memory_back(fresh_server):
+    server = fresh_server
     _assert_serving(server)  # warm: first-use imports and pools are not the corpus's
     start = _status_kib(server, "VmRSS")
     body, headers = _binary({"inputs": [{
