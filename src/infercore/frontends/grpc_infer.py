@@ -18,9 +18,8 @@ request. A message over ``LARGE_REQUEST_BYTES`` has its raw tensors split off fi
 (grpc_codec), and when the rest costs much to decode (large_requests.py) it is parsed,
 decoded and started on the frontend's large-request thread, so that the thread serving
 every client is not held up by it; any message over ``LARGE_REQUEST_BYTES`` refused is
-followed by ``release_refused``.
-The shared-memory regions a request names are in use (``Prepared.regions``) until
-its answer is serialized.
+followed by ``release_refused``. The shared-memory regions a request names are in use
+(``Prepared.regions``) until its answer is serialized.
 """
 
 from __future__ import annotations
@@ -229,7 +228,7 @@ class InferService:
         return grpc.unary_unary_rpc_method_handler(self.model_infer)
 
     async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        prepared: Prepared | None = None
+        regions: RegionUse | None = None  # released once answered
         try:
             metadata = context.invocation_metadata() if self._forward is not None else None
             if len(data) > LARGE_REQUEST_BYTES:  # (this transport is not the fast one)
@@ -240,6 +239,7 @@ class InferService:
                     raise
             else:
                 prepared, stream = self._start(data, metadata)
+            regions = prepared.regions
             try:
                 # Not decoupled: the first response is the final one.
                 response = await anext(stream)
@@ -253,8 +253,8 @@ class InferService:
             await context.abort(grpc_status(error), error.message)
             raise  # not reached: abort raises
         finally:
-            if prepared is not None:
-                prepared.regions.release()
+            if regions is not None:
+                regions.release()
         if self._compression is not None:
             context.set_compression(self._compression)
         return serialized
