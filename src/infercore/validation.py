@@ -321,9 +321,9 @@ class RequestValidator:
                 raise InvalidArgumentError(
                     f"{label}For BYTE datatype raw input '{spec.name}', the model must have "
                     "input shape [1]")
-            array = np.empty(1, dtype=np.object_)
-            array[0] = bytes(data)
-            request.inputs = {spec.name: Tensor(DataType.BYTES, array.reshape(shape))}
+            element = np.empty(1, dtype=np.object_)
+            element[0] = bytes(data)
+            request.inputs = {spec.name: Tensor(DataType.BYTES, element.reshape(shape))}
             return
         size = spec.data_type.byte_size
         if variable != -1:

@@ -54,9 +54,10 @@ _INT64 = 1 << 63
 _MAX_DEPTH = 100  # nested arrays in 'data' (server PR #8172)
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 # how Triton reads a JSON value for each datatype, and the Python types that read so
-_KIND = {dt: ("bool" if dt is DataType.BOOL else "uint" if dt.value.startswith("UINT")
-              else "int" if dt.value.startswith("INT") else "float")
-         for dt in DataType if dt is not DataType.BYTES}
+_KIND: dict[DataType, str] = {
+    dt: ("bool" if dt is DataType.BOOL else "uint" if dt.value.startswith("UINT")
+         else "int" if dt.value.startswith("INT") else "float")
+    for dt in DataType if dt is not DataType.BYTES}
 _ACCEPTED: dict[str, set[type]] = {"bool": {bool}, "uint": {int}, "int": {int},
                                    "float": {int, float}}
 _CHECKS = {"bool": as_bool, "uint": as_uint, "int": as_int, "float": as_double}
@@ -265,8 +266,8 @@ def _from_json(name: str, data_type: DataType | None, shape: list[int], item: di
     if data_type is DataType.BYTES:
         values = _read_json_data(name, data_type, flat, len(flat))
         if len(flat) != count or count != prod(shape):  # Triton's core counts them
-            data = serialize_bytes_tensor(values)
-            return RawInput(data_type, shape, len(data), data)
+            serialized = serialize_bytes_tensor(values)
+            return RawInput(data_type, shape, len(serialized), serialized)
         return Tensor(data_type, values.reshape(shape))
     if data_type is None:
         raise InvalidArgumentError(f"invalid datatype for input {name}")

@@ -158,6 +158,9 @@ def _emit(message: Any, level: LogLevel, function: str) -> None:
     _logger.log(py_level, "%s", message, extra=extra, stacklevel=3)
 
 
+_LogLevel = LogLevel  # the module's name for it: inside Logger, LogLevel is the attribute
+
+
 class Logger:
     """Log from a model: ``pb_utils.Logger.log_info("...")`` or ``Logger.log(msg, level)``."""
 
@@ -168,7 +171,7 @@ class Logger:
     VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+    def log(message: str, level: _LogLevel = _LogLevel.INFO) -> None:
         _emit(message, level, "log")
 
     @staticmethod
