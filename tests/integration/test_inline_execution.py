@@ -164,9 +164,12 @@ async def test_caller_runs_blocking_keeps_a_short_model_off_the_event_loop(repo)
         loop_thread = threading.current_thread().name
         threads = {_thread_of(await model.async_infer(inputs=X)) for _ in range(50)}
         assert loop_thread not in threads
-        # a blocked synchronous caller still runs it itself
-        assert _thread_of(await asyncio.to_thread(lambda: model.infer(inputs=X).result())) \
-            not in ("infercore-who-who_0_0",)
+        # A blocked synchronous caller still runs it itself once the instance is idle (the
+        # instance thread may still be finishing the last request above when it comes).
+        sync_threads = [
+            _thread_of(await asyncio.to_thread(lambda: model.infer(inputs=X).result()))
+            for _ in range(5)]
+        assert any(name != "infercore-who-who_0_0" for name in sync_threads), sync_threads
 
 
 def test_a_bad_caller_runs_value_fails_the_load(repo, caplog):
