@@ -190,12 +190,12 @@ async def test_the_asyncio_client_streams(grpc_server):
         seen = []
         async for result, error in client.stream_infer(requests()):
             seen.append((result, error))
-            if len(seen) == 5:
+            if len(seen) == 6:  # a0..a3, and the counter's error and its one INDEX
                 all_seen.set()
                 break
     ids = [r.get_response().id for r, e in seen if e is None]
-    # Responses of different requests may interleave (the counter's error can overtake a3).
-    assert sorted(ids) == ["a0", "a1", "a2", "a3"]
+    # Responses of different requests may interleave (the counter's can overtake a3).
+    assert sorted(ids) == ["a0", "a1", "a2", "a3", "neg"]
     errors = [e for r, e in seen if e is not None]
     assert len(errors) == 1 and "negative count" in str(errors[0])
 
