@@ -22,6 +22,7 @@ from framework_models import (  # noqa: E402 - after the skips
     outputs_of,
     run_payload,
 )
+from google.protobuf import text_format  # noqa: E402
 from tritonclient.grpc import model_config_pb2  # noqa: E402
 
 from infercore.backends import onnxruntime_config as ort_config  # noqa: E402
@@ -118,6 +119,32 @@ def test_auto_complete_of_a_rank_one_batching_tensor_adds_an_empty_reshape():
     ort_config.auto_complete(config, io, 4)
     assert list(config.input[0].dims) == [1]
     assert config.input[0].HasField("reshape") and not config.input[0].reshape.shape
+
+
+def test_graph_inputs_the_sequence_batcher_fills_need_not_be_config_inputs():
+    # qa/L0_sequence_batcher's ONNX models list START/READY only as control inputs
+    io = ort_config.GraphIo(inputs=tuple(
+        ort_config.TensorInfo(name, "tensor(int32)", (-1, 1))
+        for name in ("INPUT", "START", "READY", "STATE_IN")),
+        initializers=(), outputs=(ort_config.TensorInfo("OUTPUT", "tensor(int32)", (-1, 1)),))
+    config = model_config_pb2.ModelConfig(name="seq", max_batch_size=4)
+    text_format.Parse("""
+        input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        sequence_batching {
+          control_input [
+            { name: "START" control [ { kind: CONTROL_SEQUENCE_START
+                                        int32_false_true: [ 0, 1 ] } ] },
+            { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY
+                                        int32_false_true: [ 0, 1 ] } ] }
+          ]
+          state [ { input_name: "STATE_IN" output_name: "OUTPUT" data_type: TYPE_INT32
+                    dims: [ 1 ] } ]
+        }""", config)
+    ort_config.check_config(config, io)
+    config.sequence_batching.ClearField("state")
+    with pytest.raises(InvalidArgumentError, match="STATE_IN"):
+        ort_config.check_config(config, io)
 
 
 # -- loading -----------------------------------------------------------------------------------

@@ -203,8 +203,9 @@ def check_config(config: model_config_pb2.ModelConfig, io: GraphIo) -> IoPlan:
     """Raise InvalidArgumentError where the config contradicts the graph.
 
     Every config input must be a graph input (or an overridable initializer, which may be
-    optional), every graph input without a default must be in the config, every config
-    output must be a graph output, with the same datatype and compatible dims.
+    optional), every graph input without a default must be in the config (or be filled by
+    the server: a batch input, a sequence control input or state), every config output must
+    be a graph output, with the same datatype and compatible dims.
     """
     model = config.name
     allowed = {info.name: info for info in io.inputs + io.initializers}
@@ -218,7 +219,7 @@ def check_config(config: model_config_pb2.ModelConfig, io: GraphIo) -> IoPlan:
             )
         if _check_tensor(config, tensor, info, "input"):
             scalar_inputs.add(tensor.name)
-    configured = {tensor.name for tensor in config.input}
+    configured = {tensor.name for tensor in config.input} | _supplied_inputs(config)
     missing = [info.name for info in io.inputs if info.name not in configured]
     if missing:
         raise InvalidArgumentError(
@@ -238,6 +239,17 @@ def check_config(config: model_config_pb2.ModelConfig, io: GraphIo) -> IoPlan:
         if _check_tensor(config, tensor, info, "output"):
             scalar_outputs.add(tensor.name)
     return IoPlan(frozenset(scalar_inputs), frozenset(scalar_outputs))
+
+
+def _supplied_inputs(config: model_config_pb2.ModelConfig) -> set[str]:
+    """Graph inputs the server fills although the config's ``input`` does not list them:
+    batch inputs, and a sequence model's control inputs and implicit states (Triton's
+    onnxruntime backend counts them among the inputs it expects)."""
+    names = {name for batch_input in config.batch_input for name in batch_input.target_name}
+    sequence = config.sequence_batching
+    names.update(control.name for control in sequence.control_input)
+    names.update(state.input_name for state in sequence.state)
+    return names
 
 
 def _check_tensor(
