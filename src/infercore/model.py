@@ -391,6 +391,13 @@ class LoadedModel:
         try:
             self._scheduler.enqueue(  # type: ignore[union-attr]
                 request, caller_runs=caller_runs, on_loop=caller_runs and on_event_loop())
+        except InvalidArgumentError:
+            # The scheduler's own checks of the request (a sequence's id and START flag):
+            # Triton refuses it in the scheduler's Enqueue, in no statistics.
+            self._release(request)
+            if request.trace is not None:
+                request.trace.settled()
+            raise
         except BaseException:
             # Refused at the door (e.g. a full queue): not in flight, counted as failed.
             self._release(request)

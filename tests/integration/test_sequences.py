@@ -205,7 +205,8 @@ def test_bad_sequence_requests_get_tritons_errors_and_spare_other_sequences(repo
         with pytest.raises(InvalidArgumentError, match="must specify the START flag"):
             send(3, 1).result(timeout=10)  # the sequence ended
         stats = model.statistics()[0]
-    assert stats.success.count == 2 and stats.fail.count == 5
+    # refused by the sequence batcher's Enqueue: Triton counts them nowhere
+    assert stats.success.count == 2 and stats.fail.count == 0
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ is left it retires and frees its slot. A second START for a live sequence contin
 its slot, and the state is reset when that request runs (Triton: "previous sequence will
 be terminated early").
 
-Errors (answered through the request's sender, Triton's texts): no correlation id ("must
+Errors (raised by ``enqueue``, Triton's texts): no correlation id ("must
 specify a non-zero or non-empty correlation ID"), a request without START for an id with
 no live sequence, including after END or an idle release ("must specify the START flag on
 the first request of the sequence"), a batch size above 1. A request cancelled while
@@ -179,9 +179,9 @@ class SequenceBatcher:
 
     def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
                 on_loop: bool = False) -> None:
-        """Queue ``request`` on its sequence; a request that cannot belong to one is
-        answered with the error at once, through its sender (raising here would leave it
-        counted in flight by the model, which only a response releases). Its caller never
+        """Queue ``request`` on its sequence; raises InvalidArgumentError for a request
+        that cannot belong to one (Triton's sequence batcher refuses it in its Enqueue:
+        the caller gets the error at once, and no statistics count it). Its caller never
         runs it (``caller_runs`` is ignored): it waits for its sequence's lane."""
         error = self._check(request)
         if error is None:
@@ -191,8 +191,7 @@ class SequenceBatcher:
                         f"model '{self._model_name}' is not accepting requests")
                 error = self._admit(request)
         if error is not None:
-            self._fail([request], error)
-            return
+            raise error
         request.on_cancel(partial(self._cancel, request))
 
     def _check(self, request: InferRequest) -> TritonError | None:
