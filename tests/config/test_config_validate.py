@@ -63,6 +63,22 @@ def test_ensemble_without_backend_passes_the_model_checks():
     validate_model_config(_normalized(text), model_name="add_sub")
 
 
+def _ensemble_text(outputs: str) -> str:
+    return ('name: "add_sub" platform: "ensemble" max_batch_size: 8 '
+            f"{INPUT} {OUTPUT} "
+            'ensemble_scheduling { step [ { model_name: "x" '
+            'input_map { key: "IN" value: "INPUT0" } '
+            f"{outputs} }} ] }}")
+
+
+def test_an_ensemble_step_output_nothing_reads_is_refused_like_triton():
+    text = _ensemble_text('output_map { key: "A" value: "OUTPUT0" } '
+                          'output_map { key: "B" value: "spare" }')
+    assert _message(text) == "ensemble tensor 'spare' is unused in ensemble 'add_sub'"
+    validate_model_config(_normalized(_ensemble_text(
+        'output_map { key: "A" value: "OUTPUT0" }')), model_name="add_sub")
+
+
 # model-level rules
 
 MODEL_CASES = [

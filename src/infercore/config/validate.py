@@ -2,7 +2,9 @@
 
 Run it on a normalized config, as Triton does. Each rule yields messages; the first one
 raised wins. Messages are Triton's wherever Triton has the rule, so clients see the same
-text. Ensemble step checks live with the ensemble scheduler.
+text. Of the ensemble graph only a step output that nothing reads is refused here (Triton
+refuses it when it reads the config); the other step checks live with the ensemble
+scheduler.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def _errors(
     config: model_config_pb2.ModelConfig, model_name: str, backend_can_batch: bool, gpu_count: int
 ) -> Iterator[str]:
     yield from _model_errors(config, backend_can_batch)
+    yield from _unused_ensemble_tensors(config)
     yield from _dynamic_batching_errors(config)
     yield from sequence_errors(config)
     yield from _policy_errors(config)
@@ -95,6 +98,23 @@ def _model_errors(config: model_config_pb2.ModelConfig, backend_can_batch: bool)
     elif config.version_policy.HasField("specific") and not config.version_policy.specific.versions:
         # Triton finds this when it picks versions to load; no version could ever match.
         yield f"at least one version must be available under the version policy of model '{name}'"
+
+
+def _unused_ensemble_tensors(config: model_config_pb2.ModelConfig) -> Iterator[str]:
+    """Triton's check for redundant ensemble tensors: a step output that no step reads and
+    that is not an ensemble output."""
+    steps = config.ensemble_scheduling.step
+    if not steps:
+        return
+    written = {tensor for step in steps for tensor in step.output_map.values()}
+    if any(output.name not in written for output in config.output):
+        return  # Triton refuses an output left unwritten first (here: at load, see above)
+    read = {tensor for step in steps for tensor in step.input_map.values()}
+    read.update(output.name for output in config.output)
+    for step in steps:
+        for tensor in step.output_map.values():
+            if tensor not in read:
+                yield f"ensemble tensor '{tensor}' is unused in ensemble '{config.name}'"
 
 
 def _dynamic_batching_errors(config: model_config_pb2.ModelConfig) -> Iterator[str]:
