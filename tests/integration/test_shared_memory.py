@@ -228,7 +228,7 @@ def test_allow_client_shm_takes_a_boolean(tmp_path):
     assert "--allow-client-shm" in process.log()
 
 
-# -- a region in use is not unregistered ----------------------------------------------------
+# -- a region in use is unregistered once its request is answered ------------------------
 # The model unregisters every region from inside execute, so the request is in flight
 # while it does (no timing): ANSWER is what the server said to it.
 UNREGISTERING_CONFIG = """
@@ -268,8 +268,7 @@ class TritonPythonModel:
                 pb_utils.Tensor("ANSWER", np.array([answer], dtype=np.object_))]))
         return responses
 """
-IN_USE = ("500 {\"error\":\"Failed to unregister the following system shared memory "
-          "regions: in ,out ,\"}")
+UNREGISTERED = "200 "  # as current Triton: accepted, in effect once the request is answered
 
 
 @pytest.fixture(scope="module", params=["core", "aio"])
@@ -299,7 +298,8 @@ def _unregistering_request(client_module, url: str) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize("how", ["http", "grpc", "grpc_stream"])
-def test_regions_in_use_are_kept_until_the_request_is_answered(unregistering, key, how):
+def test_regions_in_use_are_unregistered_once_the_request_is_answered(unregistering, key,
+                                                                      how):
     out_key = key + "_out"
     handles = [shm.create_shared_memory_region("in", key, 16),
                shm.create_shared_memory_region("out", out_key, 16)]
@@ -322,12 +322,16 @@ def test_regions_in_use_are_kept_until_the_request_is_answered(unregistering, ke
                         client.async_stream_infer("unregistering", inputs, outputs=outputs)
                         client.stop_stream()  # waits for the answer
                         (result,) = answers
-            assert result.as_numpy("ANSWER")[0].decode() == IN_USE
-            assert [r["name"] for r in admin.get_system_shared_memory_status()] == ["in", "out"]
+            assert result.as_numpy("ANSWER")[0].decode() == UNREGISTERED
+            # the output still went to its region, unregistered while the model ran
             np.testing.assert_array_equal(shm.get_contents_as_numpy(
                 handles[1], np.float32, [4]), A[0] * 2)
-            admin.unregister_system_shared_memory()  # answered: no longer in use
             assert admin.get_system_shared_memory_status() == []
+            # the names are free again, and the regions serve a new request
+            admin.register_system_shared_memory("in", key, 16)
+            admin.register_system_shared_memory("out", out_key, 16)
+            assert [r["name"] for r in admin.get_system_shared_memory_status()] == ["in", "out"]
+            admin.unregister_system_shared_memory()
     finally:
         for handle in handles:
             shm.destroy_shared_memory_region(handle)

@@ -21,9 +21,10 @@ status, register and unregister endpoints and any tensor that names a region.
 
 A request uses its regions from its decoding until it is answered: it resolves them
 through a ``RegionUse`` (``SystemSharedMemory.use``), released once the answer is written.
-As Triton 2.51, a region in use is not unregistered: unregistering it by name is refused,
-and unregistering every region forgets those not in use and names the others in its
-error. (Current Triton defers the unregistration to the end of the requests instead.)
+As current Triton (shared_memory_manager.cc, ``awaiting_unregister_``), unregistering a
+region in use succeeds at once but takes effect when its last request is answered: till
+then it is still listed and still usable. (Triton 2.51 refused it: "it is currently in
+use"; Triton's QA test TestSharedMemoryUnregister expects the deferral.)
 
 Threads: frontends register, unregister and resolve regions from any thread; ``_lock``
 guards the name map and the use counts. A region stays mapped (and its object open)
@@ -169,6 +170,7 @@ class SystemSharedMemory:
         self._lock = threading.Lock()
         self._regions: dict[str, SharedMemoryRegion] = {}
         self._users: Counter[int] = Counter()  # id(region) -> requests using it
+        self._awaiting: set[str] = set()  # names unregistered while in use
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         if key.startswith(_RESERVED_KEY_PREFIX):
@@ -188,20 +190,16 @@ class SystemSharedMemory:
 
     def unregister(self, name: str = "") -> None:
         """Forget one region, or every region when ``name`` is empty; a region in use is
-        kept (InternalError, in Triton 2.51's words)."""
+        forgotten once its last request is answered."""
         with self._lock:
-            if name:
-                region = self._regions.get(name)
-                if region is not None and id(region) in self._users:
-                    raise InternalError(f"Cannot unregister shared memory region '{name}', "
-                                        "it is currently in use.")
-                self._regions.pop(name, None)
-                return
-            busy = sorted(n for n, r in self._regions.items() if id(r) in self._users)
-            self._regions = {n: self._regions[n] for n in busy}
-        if busy:  # Triton's list: each name followed by " ,"
-            raise InternalError("Failed to unregister the following system shared memory "
-                                "regions: " + "".join(f"{n} ," for n in busy))
+            for each in [name] if name else list(self._regions):
+                region = self._regions.get(each)
+                if region is None:
+                    continue
+                if id(region) in self._users:
+                    self._awaiting.add(each)
+                else:
+                    del self._regions[each]
 
     def use(self) -> RegionUse:
         """The regions of one request, resolved as it is decoded."""
@@ -221,6 +219,10 @@ class SystemSharedMemory:
                 self._users[key] -= 1
                 if self._users[key] <= 0:
                     del self._users[key]
+                    name = region.name
+                    if name in self._awaiting and self._regions.get(name) is region:
+                        self._awaiting.discard(name)
+                        del self._regions[name]
             held.clear()
 
     def status(self, name: str = "") -> list[dict[str, object]]:
