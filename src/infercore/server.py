@@ -61,6 +61,29 @@ _EXTENSIONS = ("classification", "sequence", "model_repository",
                "binary_tensor_data", "parameters", "statistics", "trace", "logging")
 
 
+class _ServerControl:
+    """The server's ``ModelControl``: what a Python model's pb_utils.load_model,
+    unload_model and is_model_ready do, through the server's own load API."""
+
+    __slots__ = ("_server",)
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+        # Triton's stub passes the files as load parameters named as given ("file:...").
+        parameters: dict[str, Any] = dict(files)
+        if config:
+            parameters["config"] = config
+        self._server.load(name, parameters=parameters or None)
+
+    def unload(self, name: str, unload_dependents: bool) -> None:
+        self._server.unload(name, unload_dependents=unload_dependents)
+
+    def is_ready(self, name: str, version: int) -> bool:
+        return self._server.model(name, version).ready()
+
+
 class Server(StartStop):
     """An inference server running in this process.
 
@@ -87,6 +110,7 @@ class Server(StartStop):
             namespacing=self.options.model_namespacing,
             load_retry_count=self.options.model_load_retry_count,
             unload_timeout=float(self.options.exit_timeout),
+            control=_ServerControl(self),
             environment=ModelEnvironment(
                 rate_limiter=RateLimiter(self.options.rate_limiter_mode,
                                          self.options.rate_limiter_resources),

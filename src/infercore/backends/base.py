@@ -68,6 +68,7 @@ __all__ = [
     "InstanceInfo",
     "InstanceState",
     "ModelContext",
+    "ModelControl",
     "backend_settings",
     "get_backend",
     "list_backends",
@@ -83,6 +84,22 @@ ENTRY_POINT_GROUP = "infercore.backends"
 DIRECTORY_FACTORY = "create_backend"
 
 
+class ModelControl(Protocol):
+    """The server's model control, as a model sees it (pb_utils.load_model and friends).
+
+    Each raises the server's TritonError: the load error, or the refusal outside EXPLICIT
+    model control mode."""
+
+    def load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+        """Load (or reload) ``name``; ``config`` "" keeps its config.pbtxt; ``files`` are
+        Triton's load parameters ("file:1/model.py" -> content)."""
+
+    def unload(self, name: str, unload_dependents: bool) -> None: ...
+
+    def is_ready(self, name: str, version: int) -> bool:
+        """Whether the version (-1: the latest) is ready; False for an unknown model."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelContext:
     """What a backend is told about the model version it loads."""
@@ -96,6 +113,8 @@ class ModelContext:
     backend_config: Mapping[str, str] = field(default_factory=dict)
     # Runs a request on any loaded model, in-process (BLS). Set by the server.
     infer: Callable[[InferRequest], ResponseStream] | None = None
+    # Loads, unloads and checks other models (pb_utils.load_model ...). Set by the server.
+    control: ModelControl | None = None
 
     @property
     def decoupled(self) -> bool:

@@ -22,7 +22,13 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2
 
 from .. import config as model_config
-from ..backends.base import Backend, ModelContext, backend_settings, get_backend
+from ..backends.base import (
+    Backend,
+    ModelContext,
+    ModelControl,
+    backend_settings,
+    get_backend,
+)
 from ..errors import InvalidArgumentError, TritonError
 from ..model import LoadedModel, ModelEnvironment
 from ..response import ResponseStream
@@ -99,12 +105,14 @@ class ModelLoader:
         backend_configuration: Mapping[str, Mapping[str, str]] | None = None,
         environment: ModelEnvironment | None = None,
         retry_count: int = 0,
+        control: ModelControl | None = None,
     ) -> None:
         self._strict = strict_model_config
         self._config_name = model_config_name or None
         self._backend_configuration = dict(backend_configuration or {})
         self._environment = environment or ModelEnvironment()
         self._retry_count = max(0, retry_count)
+        self._control = control  # the server's, for the models' pb_utils.load_model ...
 
     def ensemble_steps(self, source: ModelSource) -> list[str] | None:
         """The step model names of an ensemble's config.pbtxt, or None for other models.
@@ -232,6 +240,7 @@ class ModelLoader:
             backend_config=backend_settings(self._backend_configuration,
                                             backend.name if backend is not None else ""),
             infer=infer,
+            control=self._control,
         )
         model = LoadedModel(context, backend, self._environment, describe=describe)
         model.load()

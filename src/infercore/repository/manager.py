@@ -58,6 +58,7 @@ from threading import Lock, RLock
 
 from tritonclient.grpc import model_config_pb2
 
+from ..backends.base import ModelControl
 from ..errors import (
     AlreadyExistsError,
     InternalError,
@@ -128,6 +129,7 @@ class RepositoryManager:
         namespacing: bool = False,
         load_retry_count: int = 0,
         unload_timeout: float = 30.0,
+        control: ModelControl | None = None,
     ) -> None:
         self._repositories = tuple(repositories)
         # registered repositories' folders mapped to model names: repository -> folder
@@ -141,7 +143,7 @@ class RepositoryManager:
         self._loader = ModelLoader(
             strict_model_config=strict_model_config, model_config_name=model_config_name,
             backend_configuration=backend_configuration, environment=environment,
-            retry_count=load_retry_count)
+            retry_count=load_retry_count, control=control)
         self._control = RLock()
         self._lock = Lock()
         self._catalog = ModelCatalog(namespacing, self._tried_not_ready)

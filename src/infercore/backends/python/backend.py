@@ -177,7 +177,8 @@ class PythonModel:
         self._output_names = tuple(output.name for output in context.config.output)
         self._config_json = model_config_json(context.config)
         self._scope = _Scope(
-            context.name, context.version, Path(context.version_dir), infer=context.infer
+            context.name, context.version, Path(context.version_dir), infer=context.infer,
+            control=context.control,
         )
         # Calls from threads the model starts find the model through its module.
         register_package(self._package, self._scope)

@@ -206,6 +206,7 @@ class IsolatedModel:
             shm_growth=self._shm_growth,
             start_timeout_s=self._timeout_s,
             infer=context.infer,
+            control=context.control,
         )
         instance = IsolatedInstance(settings)
         instance.start()

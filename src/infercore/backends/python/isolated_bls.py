@@ -14,9 +14,14 @@ UNAVAILABLE error, so a worker waiting on one can finish and run ``finalize``; w
 worker ends (crash, unload) ``close`` cancels what still runs. Either way the called models
 see ``is_cancelled()``, queued requests are dropped, and late responses are ignored.
 
-Threads: the worker's event thread calls ``start``, ``cancel`` and ``close``; the threads
-answering the called models' requests call ``_answer`` (the callback must not block: it
-copies and writes one frame). ``_lock`` guards ``_calls`` and ``_closed``.
+A CONTROL frame (the model's ``pb_utils.load_model``, ``unload_model``, ``is_model_ready``)
+runs on a thread of its own against the server's ``ModelControl`` (a load takes seconds,
+and the event thread must keep reading the worker's frames meanwhile); its CONTROL_REPLY
+carries the error's code and text, or the value.
+
+Threads: the worker's event thread calls ``start``, ``cancel``, ``control`` and ``close``;
+the threads answering the called models' requests call ``_answer`` (the callback must not
+block: it copies and writes one frame). ``_lock`` guards ``_calls`` and ``_closed``.
 """
 
 from __future__ import annotations
@@ -26,13 +31,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import InternalError, TritonError, UnavailableError
+from ...errors import ErrorCode, InternalError, TritonError, UnavailableError
 from ...request import InferRequest
 from ...response import InferResponse, ResponseStream
 from ...trace_record import NO_TRACE
+from ..base import ModelControl
 from .worker_arena import ArenaView, InputArena
 from .worker_protocol import (
     BLS_RESPONSE,
+    CONTROL_IS_READY,
+    CONTROL_LOAD,
+    CONTROL_REPLY,
+    CONTROL_UNLOAD,
     FLAG_FINAL,
     FLAG_RESPONSE,
     read_leased,
@@ -59,9 +69,11 @@ class BlsCalls:
     """The BLS calls of one worker that run in this process."""
 
     def __init__(self, instance_name: str, infer: Infer | None, requests: ArenaView,
-                 responses: InputArena, send: Callable[[tuple[Any, ...]], None]) -> None:
+                 responses: InputArena, send: Callable[[tuple[Any, ...]], None],
+                 control: ModelControl | None = None) -> None:
         self._name = instance_name
         self._infer = infer
+        self._control = control
         self._requests = requests  # the BLS arena (the worker allocates, we read)
         self._responses = responses  # the worker's input arena (we allocate, it reads)
         self._send = send
@@ -129,6 +141,37 @@ class BlsCalls:
             call = self._calls.get(number)
         if call is not None and call.stream is not None:
             call.stream.cancel()
+
+    def control(self, frame: tuple[Any, ...]) -> None:
+        """A CONTROL frame (event thread): run it on a thread of its own."""
+        threading.Thread(target=self._run_control, args=(frame,), daemon=True,
+                         name=f"infercore-{self._name}-control").start()
+
+    def _run_control(self, frame: tuple[Any, ...]) -> None:
+        _, call, operation, name, arguments = frame
+        error, value = None, None
+        try:
+            if self._control is None:
+                raise UnavailableError("model control needs the model to be served by an "
+                                       "infercore server, and none is attached to this model")
+            if operation == CONTROL_LOAD:
+                config, files = arguments
+                self._control.load(name, config, files)
+            elif operation == CONTROL_UNLOAD:
+                self._control.unload(name, bool(arguments))
+            elif operation == CONTROL_IS_READY:
+                value = self._control.is_ready(name, int(arguments))
+            else:
+                raise InternalError(f"unknown model control operation {operation}")
+        except TritonError as exc:
+            error = (int(exc.code), exc.message)
+        except Exception as exc:  # noqa: BLE001 - the worker waits for a reply, whatever
+            logger.exception("instance %s: a model control call failed", self._name)
+            error = (int(ErrorCode.INTERNAL), f"{type(exc).__name__}: {exc}")
+        try:
+            self._send((CONTROL_REPLY, call, error, value))
+        except Exception:  # noqa: BLE001 - the worker is gone: nobody waits
+            logger.debug("instance %s: a model control reply could not be sent", self._name)
 
     def abort(self) -> None:
         """The instance is being unloaded: end the calls in flight with an error now."""

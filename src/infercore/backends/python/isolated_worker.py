@@ -57,7 +57,7 @@ from typing import Any
 
 from ...errors import InternalError, error_from_code
 from ...payload import Payload
-from ..base import InstanceInfo
+from ..base import InstanceInfo, ModelControl
 from .isolated_bls import BlsCalls, Infer
 from .isolated_inflight import Inflight, InflightTable, fail
 from .isolated_metrics import WorkerMetrics
@@ -65,6 +65,7 @@ from .worker_arena import ArenaView, InputArena, create_memory_file
 from .worker_protocol import (
     BLS_CANCEL,
     BLS_REQUEST,
+    CONTROL,
     DONE,
     EXECUTE,
     FINALIZE,
@@ -115,6 +116,7 @@ class WorkerSettings:
     shm_growth: int
     start_timeout_s: float
     infer: Infer | None = None  # the server's infer, for the model's BLS calls
+    control: ModelControl | None = None  # the server's, for the model's load_model ...
 
 
 class WorkerUnreachable(Exception):
@@ -206,7 +208,7 @@ class WorkerHandle:
         self._bls_inputs = ArenaView(create_memory_file(f"infercore-{self._name}-bls", size),
                                      size, keep_mapped=True)
         self._bls = BlsCalls(self._name, settings.infer, self._bls_inputs, self._inputs,
-                             self._send_event)
+                             self._send_event, settings.control)
         self._inflight = InflightTable(self._inputs.free,
                                        lambda block: self._inputs.set_flag(block, 1))
         try:
@@ -618,6 +620,8 @@ class WorkerHandle:
                         self._bls.start(frame)
                     elif kind == BLS_CANCEL:
                         self._bls.cancel(frame[1])
+                    elif kind == CONTROL:
+                        self._bls.control(frame)
                 except Exception:  # noqa: BLE001 - one bad frame must not end the thread
                     logger.exception("instance %s: failed to handle a frame from its worker",
                                      self._name)

@@ -38,6 +38,8 @@ from .pb_tensor import Tensor, _from_core, _to_core
 if TYPE_CHECKING:
     from collections.abc import Generator
 
+    from ..base import ModelControl
+
 __all__ = [
     "InferenceRequest",
     "InferenceTrace",
@@ -89,6 +91,7 @@ class _Scope:
     version_dir: Path
     instance_name: str = ""
     infer: Callable[[InferRequest], ResponseStream] | None = None
+    control: ModelControl | None = None  # the server's (pb_control.py)
 
 
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(

@@ -2,8 +2,9 @@
 
 ``import triton_python_backend_utils as pb_utils`` resolves to a shim re-exporting this
 module's ``__all__``. The pieces live in ``pb_error``, ``pb_tensor``, ``pb_request``,
-``pb_metrics`` (custom metrics) and ``model_config_api``; ``Logger`` and the small lookup
-helpers live here.
+``pb_metrics`` (custom metrics), ``pb_control`` (load_model, unload_model,
+is_model_ready) and ``model_config_api``; ``Logger`` and the small lookup helpers live
+here.
 
 ``Logger`` writes through Python ``logging`` (logger ``infercore.model``), each record
 carrying ``model_name``/``model_version``/``instance_name`` attributes, with the caller's
@@ -23,6 +24,7 @@ from .model_config_api import (
     using_decoupled_model_transaction_policy,
 )
 from .pb_args import as_str, refused
+from .pb_control import is_model_ready, load_model, unload_model
 from .pb_error import TritonError, TritonModelException
 from .pb_metrics import Metric, MetricFamily
 from .pb_request import (
@@ -80,10 +82,13 @@ __all__ = [
     "get_model_dir",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
     "numpy_to_triton_type",
     "serialize_byte_tensor",
     "triton_string_to_numpy",
     "triton_to_numpy_type",
+    "unload_model",
     "using_decoupled_model_transaction_policy",
 ]
 

@@ -20,15 +20,20 @@ responses with their codes and texts (an unknown model, a bad input, a timeout),
 ``response.has_error()`` and ``response.error().message()`` read as in-thread. A worker
 whose server is gone exits (the reader thread sees EOF), so no call waits forever for it.
 
-Threads: model threads call ``infer`` and cancel; the worker's reader thread calls
-``deliver``. ``_lock`` guards ``_calls`` (call number -> the stream's sender).
+The model's ``pb_utils.load_model``, ``unload_model`` and ``is_model_ready`` travel the
+same way: ``RemoteControl`` (the worker's ``ModelControl``) sends a CONTROL frame and waits
+for its CONTROL_REPLY, which carries the server's error (code and text) or the value.
+
+Threads: model threads call ``infer``, cancel and ``RemoteControl``'s operations; the
+worker's reader thread calls ``deliver`` and ``reply``. ``_lock`` guards ``_calls`` (call
+number -> the stream's sender) and ``RemoteControl._waiting``.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import TritonError, error_from_code
@@ -38,6 +43,10 @@ from .worker_arena import ArenaView, InputArena
 from .worker_protocol import (
     BLS_CANCEL,
     BLS_REQUEST,
+    CONTROL,
+    CONTROL_IS_READY,
+    CONTROL_LOAD,
+    CONTROL_UNLOAD,
     FLAG_FINAL,
     FLAG_RESPONSE,
     read_leased,
@@ -45,7 +54,7 @@ from .worker_protocol import (
     stage_leased,
 )
 
-__all__ = ["BlsClient"]
+__all__ = ["BlsClient", "RemoteControl"]
 
 
 class BlsClient:
@@ -107,3 +116,55 @@ class BlsClient:
                 sender.close()
         except TritonError:  # the stream ended already (it cannot, but never kill the reader)
             pass
+
+
+class _Reply:
+    __slots__ = ("error", "event", "value")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.error: tuple[int, str] | None = None
+        self.value: Any = None
+
+
+class RemoteControl:
+    """The worker's ``ModelControl``: each operation runs in the server."""
+
+    def __init__(self, send: Callable[[tuple[Any, ...]], None]) -> None:
+        self._send = send
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting: dict[int, _Reply] = {}
+
+    def load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
+        self._call(CONTROL_LOAD, name, (config, dict(files)))
+
+    def unload(self, name: str, unload_dependents: bool) -> None:
+        self._call(CONTROL_UNLOAD, name, unload_dependents)
+
+    def is_ready(self, name: str, version: int) -> bool:
+        return bool(self._call(CONTROL_IS_READY, name, version))
+
+    def _call(self, operation: int, name: str, arguments: Any) -> Any:
+        """Send one operation and wait for its outcome; raises the server's error."""
+        call = next(self._numbers)
+        reply = _Reply()
+        with self._lock:
+            self._waiting[call] = reply
+        self._send((CONTROL, call, operation, name, arguments))
+        # No timeout: a load takes as long as it takes, and if the server goes, this
+        # process exits (the reader thread sees EOF).
+        reply.event.wait()
+        if reply.error is not None:
+            raise error_from_code(*reply.error)
+        return reply.value
+
+    def reply(self, frame: tuple[Any, ...]) -> None:
+        """A CONTROL_REPLY frame (on the reader thread): wake its caller."""
+        _, call, error, value = frame
+        with self._lock:
+            reply = self._waiting.pop(call, None)
+        if reply is not None:
+            reply.error = error
+            reply.value = value
+            reply.event.set()

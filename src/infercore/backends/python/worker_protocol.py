@@ -14,10 +14,12 @@ always matches.)
                    not decoupled: one frame, one send); RESPONSE frames for any sent
                    later, from a model's thread; FINALIZED
     event channel  worker -> server: LOG records, the responses of decoupled models,
-                   BLS_REQUEST and BLS_CANCEL (calls to other models), METRIC operations;
-                   read by the server's event thread as they come, in order.
-                   server -> worker: BLS_RESPONSE and METRIC_REPLY, read by the worker's
-                   reader thread, which also learns of the server's death there (EOF).
+                   BLS_REQUEST and BLS_CANCEL (calls to other models), CONTROL (loads,
+                   unloads and readiness of other models), METRIC operations; read by the
+                   server's event thread as they come, in order.
+                   server -> worker: BLS_RESPONSE, CONTROL_REPLY and METRIC_REPLY, read by
+                   the worker's reader thread, which also learns of the server's death
+                   there (EOF).
 
 BYTES tensors cross in their wire form (4-byte lengths and bytes), serialised on one side
 and parsed on the other; every other datatype is copied once into shared memory and read
@@ -56,6 +58,11 @@ __all__ = [
     "BLS_CANCEL",
     "BLS_REQUEST",
     "BLS_RESPONSE",
+    "CONTROL",
+    "CONTROL_IS_READY",
+    "CONTROL_LOAD",
+    "CONTROL_REPLY",
+    "CONTROL_UNLOAD",
     "DONE",
     "EXECUTE",
     "FINALIZE",
@@ -115,6 +122,15 @@ BLS_RESPONSE = 11
 BLS_CANCEL = 12  # (BLS_CANCEL, call)
 METRIC = 13  # (METRIC, call | 0 for no reply, operation, handle, *arguments)
 METRIC_REPLY = 14  # (METRIC_REPLY, call, error | None, value)
+# (CONTROL, call, operation, model, arguments): pb_utils.load_model (arguments: config,
+#  files as a dict), unload_model (unload_dependents), is_model_ready (version)
+CONTROL = 15
+CONTROL_REPLY = 16  # (CONTROL_REPLY, call, error | None, value)
+
+# CONTROL operations
+CONTROL_LOAD = 1
+CONTROL_UNLOAD = 2
+CONTROL_IS_READY = 3
 
 # METRIC operations; handles name the worker's family and metric objects
 OP_FAMILY = 1  # (handle, name, description, kind value)

@@ -20,9 +20,10 @@ model crashes the process (the server then restarts the instance with a new work
 Log records (the model's ``pb_utils.Logger`` lines, and any other logging) are forwarded to
 the server as LOG frames and logged there under the same logger name. Cancellation needs no
 frame: the server sets a flag byte in the request's input block, which ``is_cancelled``
-reads. BLS calls go to the server as BLS_REQUEST frames (worker_bls.py) and pb_utils custom
-metrics live in the server's registry (worker_metrics.py); both travel on the event
-channel, whose other direction brings their answers.
+reads. BLS calls go to the server as BLS_REQUEST frames and model control (load_model ...)
+as CONTROL frames (worker_bls.py), and pb_utils custom metrics live in the server's
+registry (worker_metrics.py); all travel on the event channel, whose other direction
+brings their answers.
 
 Threads: the main thread reads the data channel and runs INIT/EXECUTE/FINALIZE. Model
 threads may send responses, call other models, update metrics and log at any time.
@@ -57,10 +58,11 @@ from ..base import InstanceInfo, ModelContext
 from .pb_error import python_error_text
 from .pb_metrics import use_metrics_backend
 from .worker_arena import ArenaView, InputArena, OutputRing
-from .worker_bls import BlsClient
+from .worker_bls import BlsClient, RemoteControl
 from .worker_metrics import RemoteMetrics
 from .worker_protocol import (
     BLS_RESPONSE,
+    CONTROL_REPLY,
     DONE,
     EXECUTE,
     FINALIZE,
@@ -299,6 +301,7 @@ class WorkerRuntime:
         self._levels: tuple[int, ...] = ()
         # Set at INIT, before anything that the server answers on the event channel.
         self._bls: BlsClient | None = None
+        self._control: RemoteControl | None = None
         self._metrics: RemoteMetrics | None = None
 
     def run(self) -> int:
@@ -320,6 +323,7 @@ class WorkerRuntime:
         self._install_logging(settings["log_levels"])
         bls_arena = InputArena("", settings["bls_size"], settings["growth"], fd=self._bls_fd)
         self._bls = BlsClient(self._outbox.send_event, bls_arena, self._inputs)
+        self._control = RemoteControl(self._outbox.send_event)
         self._metrics = RemoteMetrics(self._outbox.send_event)
         use_metrics_backend(self._metrics)
         if not self._create(settings):
@@ -346,6 +350,8 @@ class WorkerRuntime:
                 try:
                     if frame[0] == BLS_RESPONSE:
                         self._bls.deliver(frame)  # type: ignore[union-attr]
+                    elif frame[0] == CONTROL_REPLY:
+                        self._control.reply(frame)  # type: ignore[union-attr]
                     elif frame[0] == METRIC_REPLY:
                         self._metrics.reply(frame)  # type: ignore[union-attr]
                 except Exception:  # noqa: BLE001 - one bad frame must not end the thread
@@ -382,6 +388,7 @@ class WorkerRuntime:
             repository=Path(settings["repository"]),
             backend_config=settings["backend_config"],
             infer=self._bls.infer,  # type: ignore[union-attr]
+            control=self._control,
         )
         name, group, index, kind, device_id, passive, profiles, secondary, policy = (
             settings["instance"]
