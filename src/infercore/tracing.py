@@ -14,7 +14,8 @@ model's own once it overrides any of them. A scope traces nothing when the level
 the rate or the count is 0, or (triton mode) no file is set. Updating settings starts new
 scopes (and counters); the old ones write what they collected once their traces finish.
 ``log_frequency`` N writes every N traces to ``<file>.<index>``; 0 writes one array to
-``<file>`` when the server stops. ``trace_count`` reads back as what remains.
+``<file>`` when the server stops. A scope whose ``trace_count`` runs out writes its traces
+to ``<file>.<index>`` at once. ``trace_count`` reads back as what remains.
 
 Threads: frontends and the API read and update settings at any time; requests sample
 from any thread (each scope's ``_lock`` guards its counters); traces finish on whichever
@@ -104,12 +105,14 @@ class _Scope:
             if self.file is None:  # opentelemetry: spans are already on their way
                 return
             self._stream.append(records)
+            exhausted = self.count == 0 and not self._live
             flush = ((self.log_frequency and len(self._stream) >= self.log_frequency)
-                     or (self.count == 0 and not self._live) or (self._retired
-                                                                 and not self._live))
+                     or exhausted or (self._retired and not self._live))
             groups, self._stream = (self._stream, []) if flush else ([], self._stream)
         if groups:
-            self.file.write(groups, indexed=self.log_frequency != 0)
+            # Triton writes the traces a count ran out on to the next <file>.<index>, as
+            # it does a log_frequency batch, so they are on disk while the server runs
+            self.file.write(groups, indexed=self.log_frequency != 0 or exhausted)
 
     def retire(self, *, stopping: bool = False) -> None:
         """Settings changed (or the server stops): write what is collected now, or once the

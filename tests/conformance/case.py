@@ -6,7 +6,8 @@ the order given (a case may rely on the state an earlier case of its suite left)
 are what the recorder writes down from real Triton and the replay compares infercore's
 against. A step is an HTTP request (``Http``), a gRPC call (``Grpc``, or ``GrpcStream``
 for ModelStreamInfer), a local action on shared memory (``Shm``) whose answer is what
-the action saw, or a look at a log file the server writes (``LogFile``); ``Settled``
+the action saw, a look at a log file the server writes (``LogFile``) or at a Triton trace
+file (``TraceFile``); ``Settled``
 repeats an HTTP or gRPC step until the server's state settles.
 
 Two kinds of case do not compare with what Triton 2.51 answered:
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Case", "Grpc", "GrpcStream", "Http", "LogFile", "Model", "Settled", "Shm", "Step",
+           "TraceFile",
            "Suite", "binary_body", "b64", "raw_tensor"]
 
 
@@ -136,7 +138,19 @@ class LogFile:
     until: str | None = None
 
 
-Step = Http | Grpc | GrpcStream | Shm | Settled | LogFile
+@dataclass(frozen=True)
+class TraceFile:
+    """What the Triton trace file at ``path`` holds, counted (its timestamps are volatile):
+    the number of traces per model and of timestamps per name. A server writes a trace
+    after it answered the request, so the step first waits, a few seconds at most, for
+    the file to exist and hold a complete JSON array; ``{"trace_file": "missing"}``
+    otherwise. ``names``: the timestamp names counted (all when empty)."""
+
+    path: str
+    names: tuple[str, ...] = ()
+
+
+Step = Http | Grpc | GrpcStream | Shm | Settled | LogFile | TraceFile
 
 
 @dataclass(frozen=True)

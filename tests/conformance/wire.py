@@ -24,7 +24,7 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from .case import Grpc, GrpcStream, Http, LogFile, Settled, Shm, Step
+from .case import Grpc, GrpcStream, Http, LogFile, Settled, Shm, Step, TraceFile
 
 __all__ = ["Endpoint", "run_step"]
 
@@ -96,6 +96,8 @@ def run_step(endpoint: Endpoint, step: Step) -> dict[str, Any]:
         return _settled(endpoint, step)
     if isinstance(step, LogFile):
         return _log_file(endpoint, step)
+    if isinstance(step, TraceFile):
+        return _trace_file(endpoint, step)
     raise TypeError(f"not a step: {step!r}")
 
 
@@ -352,3 +354,27 @@ def _log_file(endpoint: Endpoint, step: LogFile) -> dict[str, Any]:
     if lines is None:
         return {"log_file": "missing"}
     return {"log_lines": [line for line in lines if contains in line]}
+
+
+def _trace_file(endpoint: Endpoint, step: TraceFile) -> dict[str, Any]:
+    path = endpoint.fill(step.path)
+    deadline = time.monotonic() + LOG_WAIT_S
+    records: list[dict[str, Any]] | None = None
+    while records is None and time.monotonic() < deadline:
+        try:
+            with open(path, encoding="utf-8") as file:
+                records = json.load(file)
+        except (FileNotFoundError, ValueError):  # not there yet, or still being written
+            time.sleep(0.05)
+    if records is None:
+        return {"trace_file": "missing"}
+    traces: dict[str, set[int]] = {}
+    timestamps: dict[str, int] = {}
+    for record in records:
+        if "model_name" in record:
+            traces.setdefault(record["model_name"], set()).add(record["id"])
+        for stamp in record.get("timestamps", ()):
+            if not step.names or stamp["name"] in step.names:
+                timestamps[stamp["name"]] = timestamps.get(stamp["name"], 0) + 1
+    return {"traces": {model: len(ids) for model, ids in sorted(traces.items())},
+            "timestamps": dict(sorted(timestamps.items()))}
