@@ -163,8 +163,11 @@ class InferHandler:
             if self._large is not None and len(body) > LARGE_REQUEST_BYTES:
                 # once this coroutine (holding the body) has ended
                 asyncio.get_running_loop().call_soon(self._large.release_refused)
-            return error_response(exc if isinstance(exc, TritonError)
-                                  else as_triton_error(exc))
+            error = as_triton_error(exc)
+            # Triton's verbose line for a request refused before it runs (its QA checks
+            # that an unescaped log shows the message as it is: log_format_test.py)
+            logger.debug("[request id: <id_unknown>] Infer failed: %s", error.message)
+            return error_response(error)
         try:  # the answer's own errors: Triton sends them without a content type
             # a thread of ours answers: the loop must leave it the GIL meanwhile
             held = hold_while_a_thread_answers(self._busy_poll, stream)

@@ -1,4 +1,4 @@
-"""What Triton's QA trace checks (qa/L0_trace/test.sh) see of trace files and counts.
+"""What Triton's QA trace and log checks (qa/L0_trace, qa/L0_logging) see of the files.
 
 The shell test sets ``trace_count`` on a server that already traced requests and expects
 the counted traces in an indexed file (``<file>.0``) as soon as the count runs out, before
@@ -10,6 +10,13 @@ per name (REQUEST_START to REQUEST_END). The frontends' own timestamps (HTTP_REC
 HTTP_SEND_*, INFER_RESPONSE_COMPLETE) are left out: infercore's trace files do not have
 them yet.
 
+Triton's QA log format test (qa/L0_logging/log_format_test.py) sends an input whose name
+holds log records of its own and expects them, with escaping turned off
+(``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0``), as lines of the verbose log: the line Triton
+writes for a request refused before it runs (``Infer failed: <message>``). The lines are
+read by what they contain, so the location of the line that carries them (Triton's C++
+source, infercore's Python) is not compared.
+
 Cases run in order against one server; each relies on the state the one before left.
 """
 
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..case import Case, Http, Suite, TraceFile
+from ..case import Case, Http, LogFile, Suite, TraceFile
 from ..models import add_sub
 
 GLOBAL = "/v2/trace/setting"
@@ -61,6 +68,19 @@ _COUNT_AT_START = [
          note="a count given at start-up: the same indexed file, and no main file"),
 ]
 
+_INJECTED = "I0205 18:34:18.707423 1 file.cc:123] THIS ENTRY WAS INJECTED"
+_LOG = "{tmp}/server.log"
+
+_INJECTION = [
+    Case("refused_request_unescaped", [
+        Http("POST", "/v2/models/simple/infer", json={"inputs": [
+            {"name": f"\n{_INJECTED}\n{_INJECTED}", "datatype": "FP32", "shape": [1, 3],
+             "data": [0.5, 1.5, 2.5]}]}),
+        LogFile(_LOG, "THIS ENTRY WAS INJECTED", until="Please provide all required input(s)"),
+        _infer()],
+        note="the input name's records appear as lines of their own"),
+]
+
 SUITES = [
     Suite("qa_trace_log_count", "trace", [add_sub()],
           ["--trace-config=triton,file={tmp}/count.log", "--trace-config=level=TIMESTAMPS",
@@ -68,4 +88,7 @@ SUITES = [
     Suite("qa_trace_log_count_at_start", "trace", [add_sub()],
           ["--trace-config=triton,file={tmp}/start.log", "--trace-config=level=TIMESTAMPS",
            "--trace-config=rate=1", "--trace-config=count=2"], _COUNT_AT_START),
+    Suite("qa_trace_log_log_injection", "logging", [add_sub()],
+          [f"--log-file={_LOG}", "--log-verbose=1"], _INJECTION,
+          env={"TRITON_SERVER_ESCAPE_LOG_MESSAGES": "0"}),
 ]
