@@ -26,7 +26,8 @@ for its CONTROL_REPLY, which carries the server's error (code and text) or the v
 
 Threads: model threads call ``infer``, cancel and ``RemoteControl``'s operations; the
 worker's reader thread calls ``deliver`` and ``reply``. ``_lock`` guards ``_calls`` (call
-number -> the stream's sender) and ``RemoteControl._waiting``.
+number -> the stream's sender); RemoteControl's calls wait in a ``PendingCalls``
+(worker_calls.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ...errors import TritonError, error_from_code
 from ...request import InferRequest
 from ...response import ResponseSender, ResponseStream
 from .worker_arena import ArenaView, InputArena
+from .worker_calls import PendingCalls
 from .worker_protocol import (
     BLS_CANCEL,
     BLS_REQUEST,
@@ -118,23 +120,11 @@ class BlsClient:
             pass
 
 
-class _Reply:
-    __slots__ = ("error", "event", "value")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.error: tuple[int, str] | None = None
-        self.value: Any = None
-
-
 class RemoteControl:
     """The worker's ``ModelControl``: each operation runs in the server."""
 
     def __init__(self, send: Callable[[tuple[Any, ...]], None]) -> None:
-        self._send = send
-        self._numbers = itertools.count(1)
-        self._lock = threading.Lock()
-        self._waiting: dict[int, _Reply] = {}
+        self._calls = PendingCalls(send)
 
     def load(self, name: str, config: str, files: Mapping[str, bytes]) -> None:
         self._call(CONTROL_LOAD, name, (config, dict(files)))
@@ -146,25 +136,9 @@ class RemoteControl:
         return bool(self._call(CONTROL_IS_READY, name, version))
 
     def _call(self, operation: int, name: str, arguments: Any) -> Any:
-        """Send one operation and wait for its outcome; raises the server's error."""
-        call = next(self._numbers)
-        reply = _Reply()
-        with self._lock:
-            self._waiting[call] = reply
-        self._send((CONTROL, call, operation, name, arguments))
-        # No timeout: a load takes as long as it takes, and if the server goes, this
-        # process exits (the reader thread sees EOF).
-        reply.event.wait()
-        if reply.error is not None:
-            raise error_from_code(*reply.error)
-        return reply.value
+        """Run one operation in the server; raises the server's error."""
+        return self._calls.call(CONTROL, operation, name, arguments)
 
     def reply(self, frame: tuple[Any, ...]) -> None:
         """A CONTROL_REPLY frame (on the reader thread): wake its caller."""
-        _, call, error, value = frame
-        with self._lock:
-            reply = self._waiting.pop(call, None)
-        if reply is not None:
-            reply.error = error
-            reply.value = value
-            reply.event.set()
+        self._calls.reply(frame)

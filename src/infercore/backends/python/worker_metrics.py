@@ -21,14 +21,13 @@ the family is gone depends on the server's other holders of the name, which only
 server knows; that is rare, and its errors then match the in-thread mode exactly.
 
 Threads: any model thread creates and updates; the worker's reader thread passes replies
-to ``reply``; ``_lock`` guards the calls waiting for a reply. Handles and call numbers come
-from ``itertools.count``, whose ``next`` is atomic under the GIL.
+to ``reply``; the calls waiting for a reply are a ``PendingCalls`` (worker_calls.py).
+Handles come from ``itertools.count``, whose ``next`` is atomic under the GIL.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -40,7 +39,8 @@ from ...custom_metrics import (
     metric_key,
     metric_value,
 )
-from ...errors import InvalidArgumentError, error_from_code
+from ...errors import InvalidArgumentError
+from .worker_calls import PendingCalls
 from .worker_protocol import (
     METRIC,
     OP_DROP,
@@ -55,24 +55,13 @@ from .worker_protocol import (
 __all__ = ["RemoteMetric", "RemoteMetricFamily", "RemoteMetrics"]
 
 
-class _Reply:
-    __slots__ = ("event", "error", "value")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.error: tuple[int, str] | None = None
-        self.value: Any = None
-
-
 class RemoteMetrics:
     """The worker's ``pb_metrics.MetricsBackend``: families and metrics held by the server."""
 
     def __init__(self, send: Callable[[tuple[Any, ...]], None]) -> None:
         self._send = send
         self._handles = itertools.count(1)
-        self._calls = itertools.count(1)
-        self._lock = threading.Lock()
-        self._waiting: dict[int, _Reply] = {}
+        self._calls = PendingCalls(send)
 
     # -- pb_metrics.MetricsBackend ---------------------------------------------------------
     def family(self, kind: MetricKind, name: str, description: str) -> RemoteMetricFamily:
@@ -92,16 +81,7 @@ class RemoteMetrics:
         Raises:
             TritonError: the server's registry refused it (its typed error).
         """
-        call = next(self._calls)
-        reply = _Reply()
-        with self._lock:
-            self._waiting[call] = reply
-        self._send((METRIC, call, operation, handle, *arguments))
-        # No timeout: if the server goes, this process exits (the reader thread sees EOF).
-        reply.event.wait()
-        if reply.error is not None:
-            raise error_from_code(*reply.error)
-        return reply.value
+        return self._calls.call(METRIC, operation, handle, *arguments)
 
     def post(self, operation: int, handle: int, *arguments: Any) -> None:
         """Apply an operation in the server without waiting."""
@@ -109,13 +89,7 @@ class RemoteMetrics:
 
     def reply(self, frame: tuple[Any, ...]) -> None:
         """A METRIC_REPLY frame (on the reader thread): wake its caller."""
-        _, call, error, value = frame
-        with self._lock:
-            reply = self._waiting.pop(call, None)
-        if reply is not None:
-            reply.error = error
-            reply.value = value
-            reply.event.set()
+        self._calls.reply(frame)
 
 
 class _Life:
