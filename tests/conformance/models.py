@@ -18,6 +18,26 @@ def python_model(name: str, config: str, model_py: str, versions: tuple[int, ...
     return Model(name, config, files)
 
 
+# infercore runs a model with this parameter in a worker process; Triton ignores it
+PROCESS_MODE = ('parameters: { key: "infercore.execution_mode" '
+                'value: { string_value: "process" } }')
+
+
+def string_probe(name: str, input_name: str, model_py: str, extra: str = "") -> Model:
+    """A Python model of one STRING input ``input_name`` and one STRING output SEEN (what
+    it saw); ``extra`` is added to its config (``PROCESS_MODE``, say)."""
+    config = f'''
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "{input_name}" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [ {{ name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{extra}
+'''
+    return python_model(name, config, model_py)
+
+
 ADD_SUB_PY = '''
 import numpy as np
 import triton_python_backend_utils as pb_utils

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from ..case import Case, Http, Model, Suite
-from ..models import python_model
+from ..models import PROCESS_MODE, string_probe
 
 ARG_PROBE_PY = '''
 import json
@@ -147,22 +147,11 @@ class TritonPythonModel:
 
 
 def _probe(name: str, extra: str = "") -> Model:
-    config = f'''
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "GROUP" data_type: TYPE_STRING dims: [ 1 ] }} ]
-output [ {{ name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-{extra}
-'''
-    return python_model(name, config, ARG_PROBE_PY)
+    return string_probe(name, "GROUP", ARG_PROBE_PY, extra)
 
 
-# infercore runs this copy in a worker process; Triton ignores the parameter
-_PROCESS = 'parameters: { key: "infercore.execution_mode" value: { string_value: "process" } }'
 
-_MODELS = [_probe("arg_probe"), _probe("arg_probe_process", _PROCESS)]
+_MODELS = [_probe("arg_probe"), _probe("arg_probe_process", PROCESS_MODE)]
 
 
 def _ask(model: str, group: str) -> Http:

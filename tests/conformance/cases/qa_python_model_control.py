@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from ..case import Case, Http, Model, Suite
-from ..models import ADD_SUB_PY, add_sub, python_model
+from ..models import ADD_SUB_PY, PROCESS_MODE, add_sub, string_probe
 
 CONTROL_PROBE_PY = '''
 import json
@@ -57,22 +57,11 @@ class TritonPythonModel:
 
 
 def _probe(name: str, extra: str = "") -> Model:
-    config = f'''
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-input [ {{ name: "CALLS" data_type: TYPE_STRING dims: [ 1 ] }} ]
-output [ {{ name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] }} ]
-instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-{extra}
-'''
-    return python_model(name, config, CONTROL_PROBE_PY)
+    return string_probe(name, "CALLS", CONTROL_PROBE_PY, extra)
 
 
-# infercore runs this copy in a worker process; Triton ignores the parameter
-_PROCESS = 'parameters: { key: "infercore.execution_mode" value: { string_value: "process" } }'
 _PROBES = (("mc_probe", ""), ("mc_probe_process", "_process"))
-_MODELS = [_probe("mc_probe"), _probe("mc_probe_process", _PROCESS), add_sub("mc_target")]
+_MODELS = [_probe("mc_probe"), _probe("mc_probe_process", PROCESS_MODE), add_sub("mc_target")]
 
 # A config override for mc_target: its own, with max_batch_size 4 (Triton's JSON form)
 _TARGET_CONFIG = json.dumps({
