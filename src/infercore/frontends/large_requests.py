@@ -13,7 +13,8 @@ when the rest is over ``LARGE_REQUEST_BYTES``, or when it is large and holds BYT
 Small requests, and large tensors of numbers (a 1 MiB image), never leave the serving
 thread.
 
-Work on that thread runs with the cyclic collector paused: a decode that builds hundreds
+Work on that thread runs with the cyclic collector paused (process-wide: Python has one
+collector; two such threads at once only resume it early): a decode that builds hundreds
 of thousands of objects (100k JSON inputs) otherwise sets off full collections, each one
 long C call over every object in the process that holds the GIL (300 ms of a 0.9 s
 decode, during which no other client was served). Nothing is lost: what the decode
@@ -113,7 +114,9 @@ def _uncollected(work: Callable[..., T], *args: object) -> T:
         # The frames of its traceback hold what the request built (a parsed document):
         # their locals go now, or the first collection after this would walk all of it.
         error: BaseException | None = exc
-        while error is not None:
+        seen: set[int] = set()  # a chain set by hand may loop back
+        while error is not None and id(error) not in seen:
+            seen.add(id(error))
             traceback.clear_frames(error.__traceback__)
             error = error.__cause__ or error.__context__
         raise
