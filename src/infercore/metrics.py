@@ -39,7 +39,6 @@ import functools
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric as PromMetric
 from prometheus_client.utils import floatToGoString
 
+from .clock import MonotonicClock
 from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from .custom_metrics import CustomMetricsRegistry
 from .errors import InvalidArgumentError
@@ -211,7 +211,7 @@ class CpuSampler:
     """
 
     def __init__(self, interval_ns: int, proc: Path = Path("/proc"),
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = MonotonicClock.now_ns) -> None:
         self._interval_ns = interval_ns
         self._proc = proc
         self._clock = clock
@@ -285,12 +285,12 @@ class ServerMetrics:
     def __init__(self, settings: MetricsSettings,
                  models: Callable[[], Sequence[LoadedModel]],
                  custom: CustomMetricsRegistry = CUSTOM_REGISTRY,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = MonotonicClock.now_ns) -> None:
         self.settings = settings
         self._models = models
         self._custom = custom
         self._clock = clock
-        self._cpu = (CpuSampler(settings.interval_ms * 1_000_000)
+        self._cpu = (CpuSampler(settings.interval_ms * 1_000_000, clock=clock)
                      if settings.enabled and settings.cpu else None)
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)  # type: ignore[arg-type]

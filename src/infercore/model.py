@@ -29,7 +29,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,7 @@ from tritonclient.grpc import model_config_pb2
 
 from .backends.base import Backend, BackendModel, InstanceInfo, ModelContext
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
-from .clock import Clock, MonotonicClock
+from .clock import Clock, MonotonicClock, deadline_after, seconds_until
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from .instance import BackendThread, ModelInstance, cpu_cores_of
 from .payload import Payload
@@ -269,14 +268,12 @@ class LoadedModel:
 
     def unload(self, timeout: float = 30.0) -> None:
         """Stop admitting, let in-flight requests finish until ``timeout``, then shut down."""
-        deadline = time.monotonic() + timeout
+        clock = self._environment.clock
+        deadline = deadline_after(clock, timeout)
         with self._inflight_lock:
             self._accepting = False
-            while self._inflight:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._drained.wait(remaining)
+            while self._inflight and clock.now_ns() < deadline:
+                clock.wait(self._drained, deadline)
             leftover = list(self._inflight.values())
         if leftover:
             logger.warning("model %s v%d unloading with %d requests still in flight",
@@ -294,15 +291,14 @@ class LoadedModel:
         if scheduler is not None:
             scheduler.stop()
             for thread in self._threads:
-                remaining = max(0.0, deadline - time.monotonic())
-                if not thread.join(remaining + 1.0):
+                if not thread.join(seconds_until(clock, deadline) + 1.0):
                     logger.error("thread %s of model %s did not stop in time", thread.name,
                                  self.name)
             scheduler.drain()
             scheduler.attach(())  # lends its instances to callers no more
         # An execute still running past the deadline (a model that ignores cancellation)
         # gets the same second of grace as its thread, not finalize's own default.
-        self._finalize_all(max(0.0, deadline - time.monotonic()) + 1.0)
+        self._finalize_all(seconds_until(clock, deadline) + 1.0)
         # Nothing of the backend stays reachable from an unloaded model (its threads and
         # its scheduler held the instances), so its memory can go back to the system.
         self._threads = []
@@ -453,7 +449,8 @@ class LoadedModel:
         """Per-response statistics of a decoupled request (and its first-response time)."""
         stats = self.stats
         if not stats.observes_first_response:
-            request.sender.observe_responses(stats.record_response)  # type: ignore[union-attr]
+            request.sender.observe_responses(  # type: ignore[union-attr]
+                stats.record_response, self._clock)
             return
         clock = self._clock
 
@@ -462,7 +459,7 @@ class LoadedModel:
             if index == 0:
                 stats.observe_first_response((clock() - request.request_start_ns) / 1e6)
 
-        request.sender.observe_responses(observe)  # type: ignore[union-attr]
+        request.sender.observe_responses(observe, clock)  # type: ignore[union-attr]
 
     def _release(self, request: InferRequest) -> None:
         if request.trace is not None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .clock import Clock, MonotonicClock
 from .errors import InvalidArgumentError
 from .logs import LogFormat
 from .tracing import TraceConfig, parse_trace_config
@@ -89,6 +90,8 @@ class Options:
     TraceConfig, its fields as a dict, or the flag values themselves
     (``["level=TIMESTAMPS", "rate=1"]``). ``strict_model_config`` is what
     ``--disable-auto-complete-config`` sets (Triton's Options has only this name).
+    ``clock`` is the engine's time (infercore.clock; no flag): ``infercore.testing``'s
+    ManualClock makes timeouts, delays and polls move only when a test advances it.
     """
 
     model_repository: str | Path | Sequence[str | Path] = ()
@@ -145,6 +148,7 @@ class Options:
     buffer_manager_thread_count: int = 0
     model_load_device_limits: Sequence[ModelLoadDeviceLimit] = ()
     enable_peer_access: bool = True
+    clock: Clock = field(default_factory=MonotonicClock, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -211,6 +215,10 @@ def _validate(options: Options) -> None:
     _check_number("min_supported_compute_capability",
                   options.min_supported_compute_capability, 0.0)
     put("trace_config", _trace_config(options.trace_config))
+    if not isinstance(options.clock, Clock):
+        raise InvalidArgumentError(
+            f"clock must be an infercore.clock.Clock (now_ns and wait), got "
+            f"{type(options.clock).__name__}")
     _check_configurations(options)
 
 

@@ -330,6 +330,10 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+def _no_clock() -> int:
+    return 0  # never called: a sender reads its clock only once it has an observer
+
+
 class ResponseSender:
     """What a backend answers a request through, from any thread.
 
@@ -338,7 +342,8 @@ class ResponseSender:
     """
 
     __slots__ = ("_request", "_stream", "_id", "_model", "_version", "_closed", "failed",
-                 "_on_close", "_hold", "_held", "_observer", "_sent", "_last_ns", "_late")
+                 "_on_close", "_hold", "_held", "_observer", "_now", "_sent", "_last_ns",
+                 "_late")
 
     def __init__(
         self,
@@ -365,16 +370,20 @@ class ResponseSender:
         self._held: Any = None  # InferResponse, _BARE_FINAL or None
         # Decoupled models: per-response statistics (index, infer ns, output ns, kind).
         self._observer: Callable[[int, int, int, str], None] | None = None
+        self._now: Callable[[], int] = _no_clock  # the model's clock, with the observer
         self._sent = 0
         self._last_ns = 0
         self._late = False
 
-    def observe_responses(self, observer: Callable[[int, int, int, str], None]) -> None:
-        """Report every response's index and timing to ``observer`` (decoupled models)."""
+    def observe_responses(self, observer: Callable[[int, int, int, str], None],
+                          clock: Callable[[], int]) -> None:
+        """Report every response's index and timing to ``observer`` (decoupled models),
+        timed on ``clock`` (the model's: the request's own stamps are on it)."""
+        self._now = clock
         self._observer = observer
 
     def _observe(self, request: InferRequest, kind: str, started_ns: int) -> None:
-        now = time.monotonic_ns()
+        now = self._now()
         previous = self._last_ns or request.compute_start_ns or started_ns
         self._observer(self._sent, max(0, started_ns - previous), now - started_ns,  # type: ignore[misc]
                        kind)
@@ -410,7 +419,7 @@ class ResponseSender:
         ``fails=False``: ``error`` is the answer the model itself gave, which does not make
         the request a failure in its statistics (Triton's Python backend counts such a
         request as a success; only its own failures count as failed)."""
-        started_ns = time.monotonic_ns() if self._observer is not None else 0
+        started_ns = self._now() if self._observer is not None else 0
         request, stream = self._request, self._stream
         if self._closed or request is None or stream is None:
             raise self._closed_error()
@@ -483,7 +492,7 @@ class ResponseSender:
         if self._hold:
             self._held = _BARE_FINAL  # release_held() ends the stream
             return
-        started_ns = time.monotonic_ns() if self._observer is not None else 0
+        started_ns = self._now() if self._observer is not None else 0
         stream._push(None, True)
         if started_ns:
             self._observe(request, "cancel" if request.cancelled else "empty", started_ns)

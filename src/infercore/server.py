@@ -14,13 +14,13 @@ import asyncio
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .cache import ResponseCache
+from .clock import deadline_after, seconds_until
 from .errors import (
     InternalError,
     InvalidArgumentError,
@@ -99,7 +99,7 @@ class Server(StartStop):
             self.options.metrics_configuration, enabled=self.options.metrics,
             cpu=self.options.cpu_metrics, gpu=self.options.gpu_metrics,
             interval_ms=self.options.metrics_interval)
-        self._tracer = Tracer(self.options.trace_config)
+        self._tracer = Tracer(self.options.trace_config, clock=self.options.clock)
         self._manager = RepositoryManager(
             self.options.repositories,
             infer=self.infer,
@@ -112,6 +112,7 @@ class Server(StartStop):
             unload_timeout=float(self.options.exit_timeout),
             control=_ServerControl(self),
             environment=ModelEnvironment(
+                clock=self.options.clock,
                 rate_limiter=RateLimiter(self.options.rate_limiter_mode,
                                          self.options.rate_limiter_resources),
                 host_policies=self.options.host_policies,
@@ -122,7 +123,8 @@ class Server(StartStop):
                 ray_address=self.options.ray_address,
             ),
         )
-        self._metrics = ServerMetrics(metrics, self._manager.loaded)
+        self._metrics = ServerMetrics(metrics, self._manager.loaded,
+                                      clock=self.options.clock.now_ns)
         self._poller: RepositoryPoller | None = None  # POLL mode with an interval
         self._state_lock = threading.Lock()
         self._started = False
@@ -181,7 +183,8 @@ class Server(StartStop):
             if (self.options.model_control_mode is ModelControlMode.POLL
                     and self.options.repository_poll_secs > 0):
                 self._poller = RepositoryPoller(self._manager.poll,
-                                                self.options.repository_poll_secs)
+                                                self.options.repository_poll_secs,
+                                                self.options.clock)
                 self._poller.start()
             return failures
         names = list(dict.fromkeys(self.options.startup_models))
@@ -217,20 +220,22 @@ class Server(StartStop):
                 return
             self._stopped = True
             endpoints, self._endpoints = list(self._endpoints.values()), {}
-        deadline = time.monotonic() + max(0.0, self._exit_timeout if timeout is None
-                                          else timeout)
+        clock = self.options.clock
+        deadline = deadline_after(clock, self._exit_timeout if timeout is None else timeout)
         late = [endpoint for endpoint in endpoints if endpoint.kind == "metrics"]
         if endpoints:
             from .serving import stop_endpoints
 
-            stop_endpoints([e for e in endpoints if e.kind != "metrics"], deadline)
+            # The frontends are edges: their sockets drain in real seconds (clock.py).
+            stop_endpoints([e for e in endpoints if e.kind != "metrics"],
+                           seconds_until(clock, deadline))
         if self._poller is not None:
             self._poller.stop()  # a poll in progress finishes first
-        self._manager.unload_all(timeout=max(0.0, deadline - time.monotonic()))
+        self._manager.unload_all(timeout=seconds_until(clock, deadline))
         self._tracer.close()  # writes what the trace files still hold
         self._logs.close()
         if late:
-            stop_endpoints(late, time.monotonic())
+            stop_endpoints(late, 0.0)
 
     @property
     def exit_timeout(self) -> float:

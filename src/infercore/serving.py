@@ -165,12 +165,13 @@ def start_endpoint(server: Server, kind: str, *, address: str | None = None,
     return endpoint
 
 
-def stop_endpoints(endpoints: list[Endpoint], deadline: float) -> None:
-    """Stop ``endpoints`` at once (none keeps accepting while another drains) by
-    ``deadline`` (time.monotonic), each within what is left of it."""
+def stop_endpoints(endpoints: list[Endpoint], timeout: float) -> None:
+    """Stop ``endpoints`` at once (none keeps accepting while another drains), each within
+    ``timeout`` real seconds from now (an edge: sockets drain in real time, clock.py)."""
     if len(endpoints) == 1:
-        endpoints[0].stop(max(0.0, deadline - time.monotonic()))
+        endpoints[0].stop(max(0.0, timeout))
         return
+    deadline = time.monotonic() + timeout
     threads = [threading.Thread(target=endpoint.stop,
                                 args=(max(0.0, deadline - time.monotonic()),),
                                 name=f"infercore-stop-{endpoint.kind}", daemon=True)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .clock import Clock, MonotonicClock
 from .errors import UnavailableError
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class OtelExporter:
     """Spans for traced requests, through one TracerProvider owned by the server."""
 
     def __init__(self, url: str, resource: Mapping[str, str],
-                 batch: Mapping[str, int]) -> None:
+                 batch: Mapping[str, int], clock: Clock | None = None) -> None:
         try:
             from opentelemetry import trace as otel_trace
             from opentelemetry.sdk.resources import Resource
@@ -118,8 +119,10 @@ class OtelExporter:
             max_export_batch_size=batch.get("bsp_max_export_batch_size", 512),
         ))
         self._tracer = self._provider.get_tracer("infercore")
-        # Request timestamps are monotonic (as Triton's steady clock); spans want wall time.
-        self._offset_ns = time.time_ns() - time.monotonic_ns()
+        # Request timestamps are on the engine's clock (as Triton's steady clock); spans
+        # want wall time.
+        self._clock = clock or MonotonicClock()
+        self._offset_ns = time.time_ns() - self._clock.now_ns()
 
     def begin(self, trace: Trace, request: InferRequest, parent: Trace | None) -> None:
         """Start the trace's spans at its REQUEST_START (and its root span, top level)."""
@@ -161,7 +164,7 @@ class OtelExporter:
             for name, ns in compute:
                 span.add_event(name, timestamp=ns + offset)
             span.end(end_time=compute[-1][1] + offset)
-        end = (stamps[-1][1] if stamps else time.monotonic_ns()) + offset
+        end = (stamps[-1][1] if stamps else self._clock.now_ns()) + offset
         model_span.end(end_time=end)
         if root is not None:
             root.end(end_time=end)

@@ -30,6 +30,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from .clock import Clock
 from .errors import UnavailableError
 from .trace_export import OtelExporter, TraceFile
 from .trace_record import Trace
@@ -154,8 +155,10 @@ class ModelTracer:
 class Tracer:
     """A server's tracing: settings, the models' samplers, trace files, OpenTelemetry."""
 
-    def __init__(self, config: TraceConfig | None = None) -> None:
+    def __init__(self, config: TraceConfig | None = None, *,
+                 clock: Clock | None = None) -> None:
         self.config = config or TraceConfig()
+        self._clock = clock  # the engine's (Options.clock), for OpenTelemetry's wall times
         self.store = TraceSettingsStore(self.config.settings())
         self._lock = threading.Lock()  # guards the maps below and rebuilding scopes
         self._models: dict[str, ModelTracer] = {}
@@ -227,7 +230,7 @@ class Tracer:
             config = self.config
             try:
                 self._otel = OtelExporter(config.url or OTEL_DEFAULT_URL, config.resource,
-                                          config.batch)
+                                          config.batch, self._clock)
             except UnavailableError as exc:
                 # tritonserver starts whatever becomes of its exports: so does infercore,
                 # tracing nothing

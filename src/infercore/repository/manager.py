@@ -49,7 +49,6 @@ any thread and never wait for an operation (see catalog.py).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -59,6 +58,7 @@ from threading import Lock, RLock
 from tritonclient.grpc import model_config_pb2
 
 from ..backends.base import ModelControl
+from ..clock import Clock, MonotonicClock, deadline_after, seconds_until
 from ..errors import (
     AlreadyExistsError,
     InternalError,
@@ -140,6 +140,8 @@ class RepositoryManager:
         self._load_thread_count = load_thread_count
         # seconds an unloaded version may drain (Server.set_exit_timeout changes it)
         self.unload_timeout = unload_timeout
+        # the engine's time (Options.clock), for the unload deadlines
+        self._clock: Clock = MonotonicClock() if environment is None else environment.clock
         self._loader = ModelLoader(
             strict_model_config=strict_model_config, model_config_name=model_config_name,
             backend_configuration=backend_configuration, environment=environment,
@@ -699,9 +701,9 @@ class RepositoryManager:
         for version in models:
             if version not in still_serving:
                 self.states.set(name, version, ModelState.UNLOADING, namespace=namespace)
-        deadline = time.monotonic() + timeout
+        deadline = deadline_after(self._clock, timeout)
         for version, model in models.items():
-            model.unload(max(0.0, deadline - time.monotonic()))
+            model.unload(seconds_until(self._clock, deadline))
             if version not in still_serving:
                 self.states.set(name, version, ModelState.UNAVAILABLE, reason,
                                 namespace=namespace)
@@ -714,11 +716,11 @@ class RepositoryManager:
     def unload_all(self, timeout: float = 30.0) -> None:
         """Unload every model; in-flight requests get until ``timeout`` seconds in total."""
         with self._control:
-            deadline = time.monotonic() + timeout
+            deadline = deadline_after(self._clock, timeout)
             order = _dependency_order({k: list(self._records[k].steps) if k in self._records
                                        else [] for k in self._catalog.models})
             for key in reversed(order):
-                self._unload_model(key, "unloaded", max(0.0, deadline - time.monotonic()))
+                self._unload_model(key, "unloaded", seconds_until(self._clock, deadline))
             for record in self._records.values():
                 if record.override is not None:
                     record.override.remove()
