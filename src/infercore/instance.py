@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from .backends.base import BackendInstance, InstanceInfo
+from .backends.base import BackendInstance, InstanceInfo, LoopInstance
 from .errors import InternalError, InvalidArgumentError, TritonError
 from .payload import Payload
 from .rate_limiter import RateLimiter, ResourceAsk
@@ -74,8 +74,8 @@ class ModelInstance:
         self.busy = threading.Lock()
         # The backend's loop_ready, if it can run payloads from an event loop (looked up
         # once: the common backends have none, and a failed lookup per request costs)
-        self._loop_ready: Callable[[], bool] | None = getattr(backend_instance, "loop_ready",
-                                                               None)
+        self._loop_ready: Callable[[], bool] | None = (
+            backend_instance.loop_ready if isinstance(backend_instance, LoopInstance) else None)
         self.loop_capable = self._loop_ready is not None and not decoupled
         # Threads waiting in reserve(); read (without the lock) by runs_on_loop.
         self.waiting = 0
@@ -134,9 +134,9 @@ class ModelInstance:
 
     def finalize(self, timeout: float = 30.0) -> None:
         """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
-        rescue = getattr(self._backend, "rescue_from_closed_loop", None)
-        if rescue is not None:
-            rescue()  # a payload started from an event loop that closed: finished here
+        if isinstance(self._backend, LoopInstance):
+            # a payload started from an event loop that closed: finished here
+            self._backend.rescue_from_closed_loop()
         acquired = self.busy.acquire(timeout=timeout)
         self.inline_allowed = False  # no caller may reserve it from now on
         if not acquired:

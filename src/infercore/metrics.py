@@ -276,7 +276,7 @@ class CpuSampler:
 def _cache_enabled(model: LoadedModel) -> bool:
     """Whether ``model`` uses the response cache: only such models have the nv_cache_*
     families, and their request summary is left out, as Triton does."""
-    return bool(getattr(model, "response_cache_enabled", False))
+    return model.response_cache_enabled
 
 
 class ServerMetrics:
@@ -404,8 +404,7 @@ def _contributed_families(rows: list[tuple[LoadedModel, ModelStatistics, dict[st
     """The models' own families, one per name (a name appears once in an exposition)."""
     families: dict[str, PromMetric] = {}
     for model, _, labels in rows:
-        contribute = getattr(model, "metric_families", None)
-        for extra in contribute() if contribute is not None else ():
+        for extra in model.metric_families():
             family = families.get(extra.name)
             if family is None:
                 family = families[extra.name] = PromMetric(extra.name, extra.help, extra.kind)

@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
-from .backends.base import Backend, BackendModel, InstanceInfo, ModelContext
+from .backends.base import (
+    Backend,
+    BackendModel,
+    HealthReporting,
+    InstanceInfo,
+    MetricContributor,
+    ModelContext,
+    device_blocking,
+)
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
 from .clock import Clock, MonotonicClock, deadline_after, seconds_until
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
@@ -121,6 +129,9 @@ class LoadedModel:
         self._trace = self._environment.tracer.for_model(self.name)
         self._validator = RequestValidator(self.config)
         self._backend_model: BackendModel | None = None
+        # its optional capabilities (backends/base.py), None when it has not them
+        self._health: HealthReporting | None = None
+        self._contributor: MetricContributor | None = None
         self._instances: list[ModelInstance] = []
         self._threads: list[BackendThread] = []
         self._scheduler: Scheduler | None = None
@@ -170,11 +181,14 @@ class LoadedModel:
         rate_limiter = self._environment.rate_limiter
         rate_limiter.register(self.name, asks.values())
         cores = {info.name: self._cpu_cores(info) for info in infos}
-        blocking = bool(getattr(self._backend, "device_blocking", False))
+        blocking = device_blocking(self._backend)
         samples = warmup_samples(self.config, self.context.model_dir)
         # the backend's model, or one that places some instance groups on Ray (docs/ray.md)
         self._backend_model = create_backend_model(self._backend, self.context,
                                                    self._environment.ray_address)
+        model = self._backend_model
+        self._health = model if isinstance(model, HealthReporting) else None
+        self._contributor = model if isinstance(model, MetricContributor) else None
         caller_runs = _caller_runs_policy(self.config)
         try:
             for info in infos:
@@ -312,7 +326,7 @@ class LoadedModel:
                 self._backend_model.finalize()
             except Exception:
                 logger.exception("finalize of model %s v%d failed", self.name, self.version)
-            self._backend_model = None
+            self._backend_model = self._health = self._contributor = None
 
     # -- requests ----------------------------------------------------------------------
     def infer(
@@ -493,18 +507,20 @@ class LoadedModel:
     @property
     def health_reason(self) -> str:
         """Why a serving model is degraded (e.g. instances on Ray down), or ""."""
-        return str(getattr(self._backend_model, "health_reason", ""))
+        health = self._health
+        return "" if health is None else health.health_reason
 
     @property
     def serving(self) -> bool:
         """False while every instance is down (all of them on Ray, docs/ray.md): the
         version is then reported not ready until one is back."""
-        return bool(getattr(self._backend_model, "serving", True))
+        health = self._health
+        return True if health is None else health.serving
 
     def metric_families(self) -> tuple[ModelMetricFamily, ...]:
         """Families this version adds to the metrics beside Triton's (metrics.py)."""
-        contribute = getattr(self._backend_model, "metric_families", None)
-        return tuple(contribute()) if contribute is not None else ()
+        contributor = self._contributor
+        return () if contributor is None else tuple(contributor.metric_families())
 
     @property
     def inflight_count(self) -> int:

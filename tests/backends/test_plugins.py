@@ -87,18 +87,8 @@ def model_config(backend: str) -> str:
     return f'backend: "{backend}"\ninstance_group [ {{ kind: KIND_CPU, count: 1 }} ]\n'
 
 
-@pytest.fixture(autouse=True)
-def isolated_registry():
-    """Each test starts from the built-in registry and leaves it as it found it."""
-    registry, loaded, modules = dict(base._REGISTRY), dict(base._LOADED), set(sys.modules)
-    yield
-    base._REGISTRY.clear()
-    base._REGISTRY.update(registry)
-    base._LOADED.clear()
-    base._LOADED.update(loaded)
-    for name in set(sys.modules) - modules:
-        if name.startswith(("_infercore_backend_", "plugin_", "infercore_example_backend")):
-            del sys.modules[name]
+# Each test starts from the built-in registry and leaves it as it found it (conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_registry")
 
 
 def install(site: Path, monkeypatch, dist: str, entries: dict[str, str],

@@ -20,6 +20,7 @@ class _Model:
         self.name, self.version = name, 1
         self.stats = ModelStats(name, 1)
         self.pending_count = 0
+        self.response_cache_enabled = False
         self._families = families
 
     def metric_families(self) -> tuple[ModelMetricFamily, ...]:

@@ -12,6 +12,16 @@ A backend answers each request of a payload through ``request.sender`` (from any
 during or after ``execute``), so batching and decoupled models share one path. Errors a
 backend raises from ``execute`` fail that payload's unanswered requests only.
 
+Optional capabilities are declared here as small protocols, never probed by name: an
+object has one when it has its members (no base class needed), and without it the engine
+uses the documented default (docs/backends.md, "Optional capabilities"):
+
+    DeviceBlocking     Backend.device_blocking: one backend thread per device  (False)
+    HealthReporting    BackendModel.serving / health_reason                     (True, "")
+    MetricContributor  BackendModel.metric_families(): families beside Triton's  (none)
+    LoopInstance       BackendInstance.loop_ready / execute_on_loop /
+                       rescue_from_closed_loop: runs payloads from an event loop (never)
+
 Where backends come from, in the order a name is looked up (docs/backends.md):
 
 1. ``register_backend(name, target)`` and ``load_backend_directory(path)`` (the CLI's
@@ -56,6 +66,9 @@ from tritonclient.grpc import model_config_pb2
 from ..errors import InvalidArgumentError, TritonError
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from ..metrics import ModelMetricFamily
     from ..payload import Payload
     from ..request import InferRequest
     from ..response import ResponseStream
@@ -65,11 +78,16 @@ __all__ = [
     "Backend",
     "BackendInstance",
     "BackendModel",
+    "DeviceBlocking",
+    "HealthReporting",
     "InstanceInfo",
     "InstanceState",
+    "LoopInstance",
+    "MetricContributor",
     "ModelContext",
     "ModelControl",
     "backend_settings",
+    "device_blocking",
     "get_backend",
     "list_backends",
     "load_backend_directory",
@@ -170,8 +188,7 @@ class BackendModel(Protocol):
 class Backend(Protocol):
     """A backend: a factory of models, plus what the server asks before loading one.
 
-    Optional attribute: ``device_blocking = True`` makes the instances of one device share
-    one backend thread (Triton's TRITONBACKEND_EXECUTION_DEVICE_BLOCKING).
+    Optional: ``device_blocking`` (see ``DeviceBlocking``).
     """
 
     name: str
@@ -184,6 +201,62 @@ class Backend(Protocol):
         ...
 
     def create_model(self, context: ModelContext) -> BackendModel: ...
+
+
+# -- optional capabilities (module docstring) ---------------------------------------------
+@runtime_checkable
+class DeviceBlocking(Protocol):
+    """On a Backend: ``device_blocking = True`` makes the instances of one device share one
+    backend thread (Triton's TRITONBACKEND_EXECUTION_DEVICE_BLOCKING). Default: False."""
+
+    device_blocking: bool
+
+
+def device_blocking(backend: Backend) -> bool:
+    """Whether ``backend`` asks for one backend thread per device."""
+    return isinstance(backend, DeviceBlocking) and bool(backend.device_blocking)
+
+
+@runtime_checkable
+class HealthReporting(Protocol):
+    """On a BackendModel whose instances can go down while the version stays loaded (Ray).
+
+    ``serving`` False reports the version not ready until an instance is back;
+    ``health_reason`` is what the repository index shows while it is degraded. Read from
+    any thread, so both must be cheap. Default: always serving, no reason."""
+
+    @property
+    def serving(self) -> bool: ...
+
+    @property
+    def health_reason(self) -> str: ...
+
+
+@runtime_checkable
+class MetricContributor(Protocol):
+    """On a BackendModel: families it adds to the metrics beside Triton's, read at each
+    scrape (the server adds the ``model`` and ``version`` labels). Default: none."""
+
+    def metric_families(self) -> Iterable[ModelMetricFamily]: ...
+
+
+@runtime_checkable
+class LoopInstance(Protocol):
+    """On a BackendInstance that can run a payload from an event loop without blocking it
+    (the Python backend's process-isolated instances). Default: it never does.
+
+    ``loop_ready()``: whether ``execute_on_loop`` may be used now. ``execute_on_loop``
+    starts ``payload`` from ``loop`` (the running one) and returns; ``done`` is called on
+    the loop once it is answered; raising means nothing was sent. ``rescue_from_closed_loop``
+    finishes on the calling thread a payload whose loop closed first (called before
+    ``finalize``)."""
+
+    def loop_ready(self) -> bool: ...
+
+    def execute_on_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
+                        done: Callable[[], None]) -> None: ...
+
+    def rescue_from_closed_loop(self) -> None: ...
 
 
 # -- the registry ---------------------------------------------------------------------------
