@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from .errors import InvalidArgumentError, NotFoundError, TritonError, UnavailableError
@@ -19,7 +18,7 @@ from .request import InferRequest, ParameterValue
 from .request_trace import Trace, bind_trace
 from .response import ResponseStream
 from .stats import ModelStatistics
-from .tensor import DataType, Tensor
+from .tensor import tensors_from_inputs
 
 if TYPE_CHECKING:
     from .server import Server
@@ -86,7 +85,7 @@ class Model:
         loaded = self._server._resolve(self.name, self.version)
         request = InferRequest(
             self.name,
-            _to_tensors(inputs or {}, loaded.config),  # type: ignore[arg-type]
+            tensors_from_inputs(inputs or {}, loaded.config),  # type: ignore[arg-type]
             model_version=self.version,
             id=request_id,
             requested_outputs=outputs,
@@ -167,35 +166,3 @@ class Model:
                                            f"model '{self.name}'") from None
             raise InvalidArgumentError(
                 f"requested model '{self.name}' is not available") from None
-
-
-def _to_tensors(inputs: Mapping[str, Any], config: model_config_pb2.ModelConfig
-                ) -> dict[str, Tensor]:
-    tensors: dict[str, Tensor] = {}
-    for name, value in inputs.items():
-        if isinstance(value, Tensor):
-            tensors[name] = value
-        elif isinstance(value, np.ndarray):
-            tensors[name] = Tensor.from_numpy(value)
-        elif hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
-            tensors[name] = Tensor.from_dlpack(value, _configured_type(config, name))
-        else:
-            data_type = _configured_type(config, name)
-            try:
-                array = (np.asarray(value, dtype=data_type.numpy_dtype)
-                         if data_type is not None and data_type is not DataType.BYTES
-                         else np.asarray(value))
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgumentError(
-                    f"input '{name}' for model '{config.name}' cannot be converted to "
-                    f"{data_type}: {exc}"
-                ) from exc
-            tensors[name] = Tensor.from_numpy(array, data_type)
-    return tensors
-
-
-def _configured_type(config: model_config_pb2.ModelConfig, name: str) -> DataType | None:
-    for inp in config.input:
-        if inp.name == name:
-            return DataType.from_config(model_config_pb2.DataType.Name(inp.data_type))
-    return None

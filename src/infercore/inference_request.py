@@ -38,7 +38,7 @@ from .errors import InvalidArgumentError
 from .request import InferRequest, ParameterValue
 from .request_trace import Trace, bind_trace
 from .response import InferResponse, ResponseStream
-from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor
+from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, tensors_from_inputs
 
 if TYPE_CHECKING:
     from .handle import Model
@@ -271,12 +271,10 @@ class InferenceRequest:
             self._in_flight = True
         delivery = _Delivery(self, sink, loop)
         try:
-            from .handle import _to_tensors  # a cycle at import time otherwise
-
             server = model._server
             loaded = server._resolve(model.name, model.version)
             request = InferRequest(
-                model.name, _to_tensors(self._inputs, loaded.config),
+                model.name, tensors_from_inputs(self._inputs, loaded.config),
                 model_version=model.version, id=self.request_id,
                 requested_outputs=self._outputs, parameters=self.parameters,
                 priority=self._priority, timeout_us=self._timeout,

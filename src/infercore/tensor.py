@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
 
 from .errors import InvalidArgumentError, UnsupportedError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2
 
 __all__ = [
     "DataType",
@@ -374,3 +377,42 @@ def deserialize_bytes_tensor(
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
     return out
+
+
+def tensors_from_inputs(inputs: Mapping[str, Any], config: model_config_pb2.ModelConfig
+                        ) -> dict[str, Tensor]:
+    """An in-process caller's inputs as Tensors: a Tensor as it is, numpy and DLPack
+    arrays without a copy, anything else (lists, scalars) converted to the datatype
+    ``config`` declares for the input."""
+    tensors: dict[str, Tensor] = {}
+    for name, value in inputs.items():
+        if isinstance(value, Tensor):
+            tensors[name] = value
+        elif isinstance(value, np.ndarray):
+            tensors[name] = Tensor.from_numpy(value)
+        elif hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
+            tensors[name] = Tensor.from_dlpack(value, _configured_type(config, name))
+        else:
+            data_type = _configured_type(config, name)
+            try:
+                array = (np.asarray(value, dtype=data_type.numpy_dtype)
+                         if data_type is not None and data_type is not DataType.BYTES
+                         else np.asarray(value))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"input '{name}' for model '{config.name}' cannot be converted to "
+                    f"{data_type}: {exc}"
+                ) from exc
+            tensors[name] = Tensor.from_numpy(array, data_type)
+    return tensors
+
+
+def _configured_type(config: model_config_pb2.ModelConfig, name: str) -> DataType | None:
+    # imported here: tensor.py is imported by backend worker processes, which never
+    # convert in-process inputs and need not load tritonclient's gRPC package
+    from tritonclient.grpc import model_config_pb2
+
+    for inp in config.input:
+        if inp.name == name:
+            return DataType.from_config(model_config_pb2.DataType.Name(inp.data_type))
+    return None
