@@ -17,7 +17,10 @@ every ``GrpcOptions`` field for gRPC): Triton's ``tritonfrontend`` package
 of each kind runs per server at a time; after ``stop`` another may be started.
 
 ``Server`` reaches this module only through those methods, importing it when first
-called: the engine itself never imports a frontend (docs/architecture.md).
+called, and this module names the frontends by import string (``_FRONTENDS``), importing
+one when an endpoint of its kind first starts: nothing imports ``frontends/``, so the
+frontends, which use the server's public API, sit above it with no import cycle
+(docs/architecture.md).
 
 Shutdown: ``Server.stop`` stops the HTTP and gRPC endpoints first, together, sharing the
 exit timeout with the engine (they stop accepting, then let their requests finish), then
@@ -31,6 +34,7 @@ stops several at once on short-lived threads ``infercore-stop-<kind>`` it joins.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -182,22 +186,31 @@ def stop_endpoints(endpoints: list[Endpoint], timeout: float) -> None:
         thread.join()  # each frontend's stop is bounded by its timeout
 
 
+# kind -> the frontend class and its options class ("module:attribute"), imported when an
+# endpoint of that kind first starts: nothing imports frontends/, so the engine and the
+# in-process API stay below them (docs/architecture.md, the import-linter contract)
+_FRONTENDS: dict[str, tuple[str, str | None]] = {
+    "http": ("infercore.frontends.http:HttpFrontend", "infercore.frontends.http:HttpOptions"),
+    "grpc": ("infercore.frontends.grpc:GrpcFrontend", "infercore.frontends.grpc:GrpcOptions"),
+    "metrics": ("infercore.frontends.metrics:MetricsFrontend", None),
+}
+
+
 def _frontend(server: Server, kind: str, address: str, port: int,
               settings: dict[str, Any]) -> _Frontend:
-    if kind == "metrics":
-        from .frontends.metrics import MetricsFrontend
-
+    frontend_path, options_path = _FRONTENDS[kind]
+    frontend = _load(frontend_path)
+    if options_path is None:
         _check_settings(kind, settings, ())
-        return MetricsFrontend(server, address, port)
-    if kind == "http":
-        from .frontends.http import HttpFrontend, HttpOptions
+        return frontend(server, address, port)
+    options = _load(options_path)
+    _check_settings(kind, settings, _field_names(options))
+    return frontend(server, options(address=address, port=port, **settings))
 
-        _check_settings(kind, settings, _field_names(HttpOptions))
-        return HttpFrontend(server, HttpOptions(address=address, port=port, **settings))
-    from .frontends.grpc import GrpcFrontend, GrpcOptions
 
-    _check_settings(kind, settings, _field_names(GrpcOptions))
-    return GrpcFrontend(server, GrpcOptions(address=address, port=port, **settings))
+def _load(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def _field_names(options: Any) -> tuple[str, ...]:
