@@ -8,7 +8,8 @@ import re
 import pytest
 
 from infercore import InvalidArgumentError, Server
-from infercore.logs import LogSettings, LogSettingsManager, TritonFormatter
+from infercore.log_settings import LogSettings
+from infercore.logs import LogSettingsManager, TritonFormatter
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from .errors import (
 )
 from .handle import Model
 from .inference_request import InferenceRequest
-from .logs import LogFormat, LogLevel, log_enabled, log_message
+from .log_settings import LogFormat, LogLevel
+from .logs import log_enabled, log_message
 from .options import (
     ModelControlMode,
     ModelLoadDeviceLimit,

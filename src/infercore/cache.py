@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InternalError, InvalidArgumentError
+from .errors import InvalidArgumentError
+from .options import LOCAL_CACHE, local_cache_size
 from .request import InferRequest
 from .response import ResponseSender
 from .tensor import DataType, MemoryType, Tensor
@@ -47,9 +48,6 @@ __all__ = ["CacheFill", "CacheStatistics", "CachingSender", "ResponseCache", "re
 
 logger = logging.getLogger(__name__)
 
-# The one cache implementation infercore has (Triton also loads e.g. "redis" from a
-# shared library under --cache-dir).
-LOCAL = "local"
 
 _LENGTH = struct.Struct("<Q")
 
@@ -108,31 +106,15 @@ class ResponseCache:
         if not config:
             return None
         names = sorted(config)
-        if names != [LOCAL]:
-            unknown = [name for name in names if name != LOCAL]
+        if names != [LOCAL_CACHE]:
+            unknown = [name for name in names if name != LOCAL_CACHE]
             raise InvalidArgumentError(
                 f"unsupported cache implementation '{unknown[0]}': infercore has only the "
-                f"'{LOCAL}' cache (--cache-config {LOCAL},size=<bytes>)")
-        settings = dict(config[LOCAL])
-        extra = sorted(set(settings) - {"size"})
-        if extra:
-            raise InvalidArgumentError(
-                f"unknown setting '{extra[0]}' for the {LOCAL} cache; it takes only 'size'")
-        if "size" not in settings:
-            raise InvalidArgumentError(
-                f"the {LOCAL} cache needs a size: --cache-config {LOCAL},size=<bytes>")
-        text = str(settings["size"]).strip()
-        try:
-            size = int(text)
-        except ValueError:
-            # Triton's words: its local cache reads the size with std::stoull
-            raise InternalError("Failed to initialize LocalCache: stoull") from None
-        if size < 0:
-            raise InvalidArgumentError(
-                f"invalid size '{text}' for the {LOCAL} cache: it cannot be negative")
+                f"'{LOCAL_CACHE}' cache (--cache-config {LOCAL_CACHE},size=<bytes>)")
+        size = local_cache_size(config[LOCAL_CACHE])
         if size == 0:
             return None
-        logger.info("response cache: %s, %d bytes", LOCAL, size)
+        logger.info("response cache: %s, %d bytes", LOCAL_CACHE, size)
         return cls(size)
 
     # -- lookup and insertion ----------------------------------------------------------
@@ -197,7 +179,7 @@ class ResponseCache:
             )
 
     def __repr__(self) -> str:
-        return f"ResponseCache({LOCAL}, size_bytes={self.size_bytes})"
+        return f"ResponseCache({LOCAL_CACHE}, size_bytes={self.size_bytes})"
 
 
 def _byte_size(data_type: DataType, array: np.ndarray) -> int:

@@ -41,7 +41,8 @@ from .frontends.flag_types import (
 )
 from .launch import ServeExtras, report_creation_failure
 from .launch import serve as _serve
-from .logs import LOG_FORMATS, triton_formatter, triton_handler
+from .log_settings import LOG_FORMATS
+from .logs import triton_formatter, triton_handler
 from .long_options import LongOption
 from .long_options import read as read_long_options
 from .options import (

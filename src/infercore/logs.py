@@ -31,27 +31,23 @@ changes; logging itself is thread-safe.
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from .errors import InvalidArgumentError
+from .log_settings import LogLevel, LogSettings
 
-__all__ = ["LOG_FORMATS", "LogFormat", "LogLevel", "LogSettings", "LogSettingsManager",
-           "TritonFormatter", "log_enabled", "log_message", "triton_formatter",
-           "triton_handler",
-           "verbose_level"]
+__all__ = ["LogSettingsManager", "TritonFormatter", "log_enabled", "log_message",
+           "triton_formatter", "triton_handler"]
 
 _ROOT = "infercore"
-LOG_FORMATS = ("default", "ISO8601")
 ESCAPE_VARIABLE = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
-_UINT32 = 0xFFFFFFFF
 
 # JSON string escaping as rapidjson writes it (upper-case hex for other control characters)
 _ESCAPES = {**{code: f"\\u{code:04X}" for code in range(0x20)},
@@ -119,60 +115,6 @@ def triton_handler(handler: logging.Handler) -> logging.Handler:
     return handler
 
 
-class LogFormat(str, enum.Enum):
-    """Triton's TRITONSERVER_LogFormat (``--log-format``)."""
-
-    DEFAULT = "default"
-    ISO8601 = "ISO8601"
-
-
-class LogLevel(enum.Enum):
-    """Triton's TRITONSERVER_LogLevel; VERBOSE is verbose level 1 (Python's DEBUG)."""
-
-    INFO = logging.INFO
-    WARN = logging.WARNING
-    ERROR = logging.ERROR
-    VERBOSE = logging.DEBUG
-
-
-@dataclass(frozen=True, slots=True)
-class LogSettings:
-    log_file: str = ""
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    log_verbose_level: int = 0
-    log_format: str = "default"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Triton's logging JSON."""
-        return asdict(self)
-
-    @property
-    def level(self) -> int:
-        if self.log_verbose_level > 0:
-            return logging.DEBUG
-        for enabled, level in ((self.log_info, logging.INFO), (self.log_warning, logging.WARNING),
-                               (self.log_error, logging.ERROR)):
-            if enabled:
-                return level
-        return logging.CRITICAL + 1
-
-    def enabled(self, level: LogLevel) -> bool:
-        """Whether lines of ``level`` are written (each switch on its own, as Triton)."""
-        if level is LogLevel.INFO:
-            return self.log_info
-        if level is LogLevel.WARN:
-            return self.log_warning
-        if level is LogLevel.ERROR:
-            return self.log_error
-        return self.log_verbose_level >= 1
-
-
-_TYPES: dict[str, type] = {"log_file": str, "log_info": bool, "log_warning": bool,
-                           "log_error": bool, "log_verbose_level": int, "log_format": str}
-
-
 class LogSettingsManager:
     """Holds the current LogSettings and applies them to the ``infercore`` logger."""
 
@@ -196,24 +138,8 @@ class LogSettingsManager:
     def update(self, changes: Mapping[str, Any]) -> LogSettings:
         """Change some settings (Triton's names); unknown names or bad values raise, and
         then nothing changes."""
-        values: dict[str, Any] = {}
-        for key, value in changes.items():
-            expected = _TYPES.get(key)
-            if expected is None:
-                raise InvalidArgumentError(f"unknown log setting '{key}'")
-            if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidArgumentError(f"log setting '{key}' must be an integer")
-            if expected is not int and not isinstance(value, expected):
-                raise InvalidArgumentError(
-                    f"log setting '{key}' must be a {expected.__name__}")
-            values[key] = value
-        if "log_format" in values and values["log_format"] not in LOG_FORMATS:
-            raise InvalidArgumentError(
-                f"invalid argument for log_format, got: {values['log_format']}")
-        if "log_verbose_level" in values:
-            values["log_verbose_level"] = verbose_level(values["log_verbose_level"])
         with self._lock:
-            updated = replace(self._settings, **values)
+            updated = self._settings.changed(changes)
             self._apply(updated)
             self._settings = updated
         return updated
@@ -256,13 +182,6 @@ class LogSettingsManager:
             self._remove_handler(logging.getLogger(_ROOT))
             if _active is self._settings:
                 _active = None
-
-
-def verbose_level(value: int) -> int:
-    """A verbose level as tritonserver's C API reads it: an int (the low 32 bits), a
-    negative one meaning 0."""
-    low = value & _UINT32
-    return 0 if low >= 1 << 31 else low
 
 
 # The settings a server applied last: the infercore logger (level and log file) is one per

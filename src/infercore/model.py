@@ -66,7 +66,7 @@ from .validation import RequestValidator
 from .warmup import run_warmup, warmup_samples
 
 if TYPE_CHECKING:
-    from .metrics import ModelMetricFamily
+    from .metrics_settings import ModelMetricFamily
 
 __all__ = ["LoadedModel", "ModelEnvironment"]
 

@@ -25,12 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from .clock import Clock, MonotonicClock
-from .errors import InvalidArgumentError
-from .logs import LogFormat
-from .tracing import TraceConfig, parse_trace_config
+from .errors import InternalError, InvalidArgumentError
+from .log_settings import LogFormat
+from .metrics_settings import MetricsSettings
+from .trace_settings import TraceConfig, parse_trace_config
 
-__all__ = ["ModelControlMode", "ModelLoadDeviceLimit", "Options", "RateLimitMode",
-           "RateLimiterResource"]
+__all__ = ["LOCAL_CACHE", "ModelControlMode", "ModelLoadDeviceLimit", "Options", "RateLimitMode",
+           "RateLimiterResource", "local_cache_size"]
+
+# The one response cache implementation infercore has (Triton also loads e.g. "redis" from
+# a shared library under --cache-dir).
+LOCAL_CACHE = "local"
 
 
 class ModelControlMode(str, enum.Enum):
@@ -86,7 +91,7 @@ class Options:
     ``exit_timeout`` is in seconds, as tritonserver's ``--exit-timeout-secs``;
     ``metrics_interval`` in milliseconds (``--metrics-interval-ms``).
     ``metrics_configuration`` is tritonserver's (group "" -> {setting: value}: see
-    metrics.MetricsSettings); ``trace_config`` is what ``--trace-config`` gives: a
+    metrics_settings.MetricsSettings); ``trace_config`` is what ``--trace-config`` gives: a
     TraceConfig, its fields as a dict, or the flag values themselves
     (``["level=TIMESTAMPS", "rate=1"]``). ``strict_model_config`` is what
     ``--disable-auto-complete-config`` sets (Triton's Options has only this name).
@@ -377,10 +382,31 @@ def _check_configurations(options: Options) -> None:
     loads it from ``cache_directory``), so ``Server()`` refuses those, as it does a
     repository that is not there at ``start()``; the built-in local cache's settings are
     checked here."""
-    from .cache import LOCAL, ResponseCache
-    from .metrics import MetricsSettings
-
-    if LOCAL in options.cache_config:
-        ResponseCache.from_config({LOCAL: options.cache_config[LOCAL]})
+    if LOCAL_CACHE in options.cache_config:
+        local_cache_size(options.cache_config[LOCAL_CACHE])
     MetricsSettings.from_configuration(options.metrics_configuration,
                                        interval_ms=options.metrics_interval)
+
+
+def local_cache_size(settings: Mapping[str, str]) -> int:
+    """The byte size the ``local`` response cache's settings give (``{"size": "N"}``; 0:
+    no cache, as for Triton's ``--response-cache-byte-size 0``). Raises
+    InvalidArgumentError for a missing or negative size or a setting it does not have."""
+    settings = dict(settings)
+    extra = sorted(set(settings) - {"size"})
+    if extra:
+        raise InvalidArgumentError(
+            f"unknown setting '{extra[0]}' for the {LOCAL_CACHE} cache; it takes only 'size'")
+    if "size" not in settings:
+        raise InvalidArgumentError(
+            f"the {LOCAL_CACHE} cache needs a size: --cache-config {LOCAL_CACHE},size=<bytes>")
+    text = str(settings["size"]).strip()
+    try:
+        size = int(text)
+    except ValueError:
+        # Triton's words: its local cache reads the size with std::stoull
+        raise InternalError("Failed to initialize LocalCache: stoull") from None
+    if size < 0:
+        raise InvalidArgumentError(
+            f"invalid size '{text}' for the {LOCAL_CACHE} cache: it cannot be negative")
+    return size

@@ -30,8 +30,10 @@ from .errors import (
 )
 from .handle import Model
 from .lifecycle import StartStop
-from .logs import LogLevel, LogSettings, LogSettingsManager, log_enabled, log_message
-from .metrics import MetricsSettings, ServerMetrics
+from .log_settings import LogLevel, LogSettings
+from .logs import LogSettingsManager, log_enabled, log_message
+from .metrics import ServerMetrics
+from .metrics_settings import MetricsSettings
 from .model import LoadedModel, ModelEnvironment
 from .options import ModelControlMode, Options
 from .rate_limiter import RateLimiter

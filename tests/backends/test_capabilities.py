@@ -25,7 +25,7 @@ PLUGIN = '''
 import threading
 
 from infercore import DataType, Tensor
-from infercore.metrics import ModelMetricFamily
+from infercore.metrics_settings import ModelMetricFamily
 
 
 class CapableBackend:

@@ -8,7 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infercore.custom_metrics import REGISTRY, MetricKind
 from infercore.errors import AlreadyExistsError
-from infercore.metrics import MetricsSettings, ModelMetricFamily, ServerMetrics
+from infercore.metrics import ServerMetrics
+from infercore.metrics_settings import MetricsSettings, ModelMetricFamily
 from infercore.ray.metrics import FAMILY_NAMES
 from infercore.stats import ModelStats
 

@@ -68,7 +68,7 @@ from ..errors import InvalidArgumentError, TritonError
 if TYPE_CHECKING:
     import asyncio
 
-    from ..metrics import ModelMetricFamily
+    from ..metrics_settings import ModelMetricFamily
     from ..payload import Payload
     from ..request import InferRequest
     from ..response import ResponseStream

@@ -27,7 +27,7 @@ from ..errors import (
     UnavailableError,
     UnsupportedError,
 )
-from ..logs import LOG_FORMATS
+from ..log_settings import LOG_FORMATS
 from ..server import Server
 from ..trace_settings import stoi
 from .busy_poll import BusyPoll

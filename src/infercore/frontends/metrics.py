@@ -24,7 +24,7 @@ from typing import Any
 import httptools
 
 from ..errors import InvalidArgumentError
-from ..metrics import parse_metrics_config
+from ..metrics_settings import parse_metrics_config
 from ..server import Server
 from .flag_types import boolean, integer
 

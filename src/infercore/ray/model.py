@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from ..backends.base import Backend, BackendInstance, BackendModel, InstanceInfo, ModelContext
-from ..metrics import ModelMetricFamily
+from ..metrics_settings import ModelMetricFamily
 from .instance import Cluster, InstanceState, RayInstance, RayInstanceStatus
 from .metrics import instance_families
 from .placement import RayPlacement
