@@ -7,22 +7,22 @@ field written from any thread, and it is a plain bool set once (idempotent).
 
 ``trace`` is None for a request that its model may sample for tracing; the model sets it
 to the request's trace when sampled. Requests a model sends itself (ensemble steps, BLS)
-get their parent's child trace, or ``tracing.NO_TRACE`` (never sampled on their own, as
+get their parent's child trace, or ``NO_TRACE`` (below: never sampled on their own, as
 in Triton, where only requests from clients are sampled).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .tensor import Tensor
 
 if TYPE_CHECKING:
     from .response import ResponseSender
-    from .trace_record import TraceHandle
 
-__all__ = ["InferRequest", "ParameterValue", "request_label"]
+__all__ = ["NO_TRACE", "InferRequest", "NoTrace", "ParameterValue", "TraceHandle",
+           "request_label"]
 
 ParameterValue = str | int | float | bool
 
@@ -158,3 +158,49 @@ class InferRequest:
 def request_label(request_id: str) -> str:
     """What Triton's core puts before the errors it finds in a request's inputs."""
     return f"[request id: {request_id or '<id_unknown>'}] "
+
+
+# -- the trace handle a request carries (trace_record.Trace is the one that records) -------
+class TraceHandle(Protocol):
+    """What requests, models, ensembles and BLS see of a trace."""
+
+    def spawn_child(self) -> TraceHandle: ...
+
+    def begin(self, request: InferRequest, model_name: str, model_version: int) -> bool:
+        """Bind the trace to its request; True if the sender must capture outputs."""
+        ...
+
+    def released(self, now_ns: int) -> None: ...
+
+    def settled(self) -> None: ...
+
+    def context(self) -> dict[str, str] | None:
+        """The OpenTelemetry context to propagate (``traceparent``), if any."""
+        ...
+
+
+class NoTrace:
+    """The trace of a request that is never traced (an untraced parent's child)."""
+
+    __slots__ = ()
+
+    def spawn_child(self) -> NoTrace:
+        return self
+
+    def begin(self, request: InferRequest, model_name: str, model_version: int) -> bool:
+        return False
+
+    def released(self, now_ns: int) -> None:
+        pass
+
+    def settled(self) -> None:
+        pass
+
+    def context(self) -> dict[str, str] | None:
+        return None
+
+    def __repr__(self) -> str:
+        return "NO_TRACE"
+
+
+NO_TRACE = NoTrace()

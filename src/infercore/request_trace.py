@@ -409,7 +409,7 @@ class Trace:
 
 
 class _Handle:
-    """What the engine holds of a caller's trace: trace_record.TraceHandle, plus the
+    """What the engine holds of a caller's trace: request.TraceHandle, plus the
     output capture TracingSender uses (trace_record.OutputCapture)."""
 
     __slots__ = ("trace",)

@@ -33,57 +33,11 @@ from .tensor import DataType, Tensor
 if TYPE_CHECKING:
     from .request import InferRequest
 
-__all__ = ["NO_TRACE", "NoTrace", "OutputCapture", "Trace", "TraceHandle", "TraceScope",
-           "TracingSender", "request_timestamps"]
+__all__ = ["OutputCapture", "Trace", "TraceScope", "TracingSender", "request_timestamps"]
 
 # One record of Triton's trace file, already JSON text: records are rendered once, when
 # their trace finishes, so writing a file is a join.
 Record = str
-
-
-class TraceHandle(Protocol):
-    """What requests, models, ensembles and BLS see of a trace."""
-
-    def spawn_child(self) -> TraceHandle: ...
-
-    def begin(self, request: InferRequest, model_name: str, model_version: int) -> bool:
-        """Bind the trace to its request; True if the sender must capture outputs."""
-        ...
-
-    def released(self, now_ns: int) -> None: ...
-
-    def settled(self) -> None: ...
-
-    def context(self) -> dict[str, str] | None:
-        """The OpenTelemetry context to propagate (``traceparent``), if any."""
-        ...
-
-
-class NoTrace:
-    """The trace of a request that is never traced (an untraced parent's child)."""
-
-    __slots__ = ()
-
-    def spawn_child(self) -> NoTrace:
-        return self
-
-    def begin(self, request: InferRequest, model_name: str, model_version: int) -> bool:
-        return False
-
-    def released(self, now_ns: int) -> None:
-        pass
-
-    def settled(self) -> None:
-        pass
-
-    def context(self) -> dict[str, str] | None:
-        return None
-
-    def __repr__(self) -> str:
-        return "NO_TRACE"
-
-
-NO_TRACE = NoTrace()
 
 
 class TraceScope(Protocol):

@@ -33,10 +33,9 @@ from typing import Any, Protocol
 from tritonclient.grpc import model_config_pb2
 
 from ..errors import CancelledError, InvalidArgumentError, TritonError
-from ..request import InferRequest, request_label
+from ..request import NO_TRACE, InferRequest, request_label
 from ..response import InferResponse, ResponseStream
 from ..tensor import Tensor
-from ..trace_record import NO_TRACE
 from ..triton_order import triton_order
 
 __all__ = ["EnsembleScheduler", "EnsembleStep", "StepDurations", "validate_ensemble"]

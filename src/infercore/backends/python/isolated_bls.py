@@ -32,9 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ErrorCode, InternalError, TritonError, UnavailableError
-from ...request import InferRequest
+from ...request import NO_TRACE, InferRequest
 from ...response import InferResponse, ResponseStream
-from ...trace_record import NO_TRACE
 from ..base import ModelControl
 from .worker_arena import ArenaView, InputArena
 from .worker_protocol import (

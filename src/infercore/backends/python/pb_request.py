@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import NotFoundError
 from ...errors import TritonError as CoreTritonError
-from ...request import InferRequest, ParameterValue
+from ...request import NO_TRACE, InferRequest, ParameterValue, TraceHandle
 from ...response import InferResponse, ResponseSender, ResponseStream
-from ...trace_record import NO_TRACE, TraceHandle
 from .pb_args import as_int, as_list, as_str, refused
 from .pb_error import TritonError, TritonModelException
 from .pb_tensor import Tensor, _from_core, _to_core
