@@ -9,8 +9,8 @@ from tritonclient.grpc import model_config_pb2
 
 from infercore.errors import InvalidArgumentError
 from infercore.request import InferRequest
-from infercore.tensor import DataType, Tensor
-from infercore.validation import RawInput, RequestValidator
+from infercore.tensor import DataType, RawInput, Tensor
+from infercore.validation import RequestValidator
 
 P = "[request id: <id_unknown>] "  # Triton's core prefixes its request errors
 

@@ -4,7 +4,8 @@ A ``Tensor`` wraps one array and says what Triton datatype it carries. CPU tenso
 numpy array and never copy it: ``to_numpy()`` returns that array, ``__dlpack__`` exports it.
 BYTES tensors hold numpy object arrays of ``bytes``; their wire form (each element a 4-byte
 little-endian length followed by the bytes) is produced only at the edges
-(``serialize_bytes_tensor`` / ``deserialize_bytes_tensor``).
+(``serialize_bytes_tensor`` / ``deserialize_bytes_tensor``). A ``RawInput`` is an input
+a frontend received whose data does not fit what it declares (validation refuses it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataType",
     "MemoryType",
+    "RawInput",
     "Tensor",
     "deserialize_bytes_tensor",
     "serialize_bytes_tensor",
@@ -273,6 +275,27 @@ class Tensor:
             f"Tensor(data_type={self.data_type.value}, shape={list(self.shape)}, "
             f"memory_type={self.memory_type.name})"
         )
+
+
+class RawInput(Tensor):
+    """An input as a frontend received it, when its data does not fit the shape and
+    datatype it declares: ``data_type`` None for a datatype Triton does not know,
+    ``byte_size`` the data's size, ``data`` the bytes of a BYTES input. Validation always
+    refuses it; it never reaches a backend."""
+
+    __slots__ = ("declared_shape", "byte_size", "data")
+
+    def __init__(self, data_type: DataType | None, shape: Sequence[int], byte_size: int,
+                 data: bytes | memoryview | None = None) -> None:
+        # data_type None (an unknown datatype) is a RawInput's alone: validation stops it
+        super().__init__(data_type, np.empty(0, np.uint8))  # type: ignore[arg-type]
+        self.declared_shape = tuple(int(d) for d in shape)
+        self.byte_size = byte_size
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.declared_shape
 
 
 def _holds_text(value: Any) -> bool:

@@ -30,7 +30,7 @@ from tritonclient.grpc import model_config_pb2
 
 from .errors import InvalidArgumentError
 from .request import InferRequest, request_label
-from .tensor import DataType, Tensor
+from .tensor import DataType, RawInput, Tensor
 from .triton_order import triton_order
 
 __all__ = ["InputSpec", "RawInput", "RequestValidator", "datatype_mismatch"]
@@ -63,27 +63,6 @@ def _int64(value: int) -> int:
 
 def _int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
-
-
-class RawInput(Tensor):
-    """An input as a frontend received it, when its data does not fit the shape and
-    datatype it declares: ``data_type`` None for a datatype Triton does not know,
-    ``byte_size`` the data's size, ``data`` the bytes of a BYTES input. Validation always
-    refuses it; it never reaches a backend."""
-
-    __slots__ = ("declared_shape", "byte_size", "data")
-
-    def __init__(self, data_type: DataType | None, shape: Sequence[int], byte_size: int,
-                 data: bytes | memoryview | None = None) -> None:
-        # data_type None (an unknown datatype) is a RawInput's alone: validation stops it
-        super().__init__(data_type, np.empty(0, np.uint8))  # type: ignore[arg-type]
-        self.declared_shape = tuple(int(d) for d in shape)
-        self.byte_size = byte_size
-        self.data = data
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.declared_shape
 
 
 @dataclass(frozen=True, slots=True)

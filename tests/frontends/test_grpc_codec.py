@@ -24,7 +24,7 @@ from infercore import (
 from infercore.frontends.grpc_codec import OutputSpec, decode_request, parse_version
 from infercore.frontends.grpc_encode import encode_response, serialize_response
 from infercore.frontends.shm import SystemSharedMemory
-from infercore.validation import RawInput
+from infercore.tensor import RawInput
 
 
 def request_with(**inputs: np.ndarray) -> pb.ModelInferRequest:

@@ -41,7 +41,7 @@ from infercore.frontends.http_messages import (
     serialize_head,
 )
 from infercore.frontends.shm import SystemSharedMemory
-from infercore.validation import RawInput
+from infercore.tensor import RawInput
 
 
 def _body(inputs, outputs=None, binary: bytes = b"", **extra) -> tuple[bytes, int | None]:

@@ -33,8 +33,7 @@ from tritonclient.grpc import service_pb2
 
 from ..errors import InvalidArgumentError
 from ..request import InferRequest, request_label
-from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
-from ..validation import RawInput
+from ..tensor import DataType, RawInput, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
 from .shm import Regions
 
 __all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version",

@@ -29,8 +29,7 @@ import orjson
 
 from ..errors import InternalError, InvalidArgumentError
 from ..request import InferRequest, request_label
-from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
-from ..validation import RawInput
+from ..tensor import DataType, RawInput, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
 from .http_header_cache import HeaderCache
 from .http_json import (
     as_bool,
