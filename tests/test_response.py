@@ -682,16 +682,6 @@ def test_stream_exposes_its_request():
     assert stream.request is request
 
 
-def test_on_event_loop_tells_a_loop_thread_from_a_plain_one():
-    from infercore.response import on_event_loop
-
-    async def inside() -> bool:
-        return on_event_loop()
-
-    assert on_event_loop() is False
-    assert asyncio.run(inside()) is True
-
-
 class _Runner:
     """An InlineRunner that records each attempt and answers the request when it may."""
 

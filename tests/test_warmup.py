@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2
 
 from infercore.backends.base import InstanceInfo, ModelContext
 from infercore.backends.python.backend import PythonBackend
+from infercore.dispatch import Dispatch
 from infercore.errors import InvalidArgumentError
 from infercore.instance import ModelInstance
 from infercore.stats import ModelStats
@@ -437,7 +438,8 @@ class Loaded:
 
     def warmup(self, **kw) -> None:
         samples = warmup_samples(self.config, self.model_dir)
-        run_warmup(self.config.name, 1, samples, self.instances, self.clock, **kw)
+        run_warmup(self.config.name, 1, samples, self.instances, self.clock,
+                   Dispatch(self.config.name, self.instances).run, **kw)
 
     def close(self) -> None:
         for instance in self.instances:

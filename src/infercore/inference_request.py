@@ -295,7 +295,7 @@ class InferenceRequest:
                 # A reader blocked on the stream may run the still-queued request itself,
                 # as for model.infer(inputs=...); it tries once, and a request taken by
                 # another version (a reload) or already answered is simply not found.
-                stream._runner = loaded._scheduler
+                stream._runner = loaded._dispatch
         except BaseException:
             delivery.finish()  # nothing runs: the inputs are the caller's again
             raise

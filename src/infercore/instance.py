@@ -1,16 +1,16 @@
-"""Model instances and the backend threads that run them.
+"""Model instances: a backend instance with its reservation lock, statistics and timing.
 
 Threads: the loading thread creates each ModelInstance (the backend's initialize runs
-there) and starts the BackendThreads; a BackendThread, named ``infercore-<model>-<instance>``
-(or ``...-device<id>`` when a device-blocking backend shares one thread among a device's
-instances), loops ``next_payload -> reserve -> execute -> record -> release`` until the
-scheduler returns None; a caller may reserve an idle instance and execute one payload
-itself ("caller runs", see scheduling/base.py); the unloading thread joins the
-BackendThreads and finalizes the instances.
+there); dispatch.py is the only caller of ``execute``/``execute_on_loop``, on a backend
+thread, on a caller that runs its own request, or on an event loop driving a chain; the
+unloading thread finalizes it.
 
-Reservation = the instance's ``busy`` lock plus its resources from the rate limiter: an
-instance runs one payload at a time whichever thread runs it, only while its resources
-are free, and is never finalized mid-payload (finalize takes ``busy`` too).
+``busy`` keeps an instance to one payload at a time whichever thread runs it, and the
+instance is never finalized mid-payload (finalize takes ``busy`` too). A reservation is
+``busy`` plus the instance's rate-limiter resources; dispatch.py takes both
+(``acquire``/``try_acquire`` are the ``busy`` half). ``waiting`` counts threads blocked
+in ``acquire``: a loop-driven chain ends when one waits. States: serving -> finalizing
+(``inline_allowed`` and ``loop_capable`` cleared: nobody may borrow it) -> finalized.
 
 For a model that is not decoupled, each request's final response is held back by its
 sender until the execution's statistics are recorded, then released: a caller that has
@@ -23,22 +23,22 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from functools import partial
 
 from .backends.base import BackendInstance, InstanceInfo, LoopInstance
 from .errors import InternalError, InvalidArgumentError, TritonError
 from .payload import Payload
-from .rate_limiter import RateLimiter, ResourceAsk
+from .rate_limiter import ResourceAsk
 from .stats import ModelStats
 
-__all__ = ["BackendThread", "ModelInstance", "cpu_cores_of"]
+__all__ = ["ModelInstance", "cpu_cores_of", "pin_current_thread"]
 
 logger = logging.getLogger(__name__)
 
 # Longest recent execute time (ns) for which an event loop's thread runs a request inline.
 INLINE_ON_LOOP_MAX_NS = 50_000
 
-_NO_LIMITS = RateLimiter()
 _NO_RESOURCES = ResourceAsk(())
 
 
@@ -54,7 +54,6 @@ class ModelInstance:
         *,
         decoupled: bool,
         clock: Callable[[], int],
-        rate_limiter: RateLimiter = _NO_LIMITS,
         resources: ResourceAsk = _NO_RESOURCES,
         inline_allowed: bool = True,
         inline_on_loop_allowed: bool = True,
@@ -65,19 +64,18 @@ class ModelInstance:
         self._stats = stats
         self._decoupled = decoupled
         self._clock = clock
-        self._rate_limiter = rate_limiter
-        self.resources = resources
+        self.resources = resources  # what one execution takes from the rate limiter
         # False for instances whose thread must be the only one running them
         self.inline_allowed = inline_allowed and not info.passive
         # False: an event loop's thread never runs it, however short its executions
         self._inline_on_loop = inline_on_loop_allowed
         self.busy = threading.Lock()
-        # The backend's loop_ready, if it can run payloads from an event loop (looked up
-        # once: the common backends have none, and a failed lookup per request costs)
-        self._loop_ready: Callable[[], bool] | None = (
-            backend_instance.loop_ready if isinstance(backend_instance, LoopInstance) else None)
-        self.loop_capable = self._loop_ready is not None and not decoupled
-        # Threads waiting in reserve(); read (without the lock) by runs_on_loop.
+        # A backend that can run payloads from an event loop declares it (backends/base.py;
+        # checked once: the common backends cannot)
+        self._loop: LoopInstance | None = (backend_instance if not decoupled and isinstance(
+            backend_instance, LoopInstance) else None)
+        self.loop_capable = self._loop is not None
+        # Threads waiting in acquire(); read (without the lock) by runs_on_loop.
         self.waiting = 0
         self._waiting_lock = threading.Lock()
         self.execution_count = 0
@@ -99,44 +97,46 @@ class ModelInstance:
         """Whether a payload can run from an event loop without blocking it: the backend
         starts it there and finishes it when its answer is readable (process-isolated
         instances: ``execute_on_loop``), and no thread waits to reserve the instance."""
-        ready = self._loop_ready
+        backend = self._loop
         return (self.loop_capable and self.inline_allowed and not self.waiting
-                and ready is not None and ready())
+                and backend is not None and backend.loop_ready())
 
     def runs_short(self) -> bool:
         """Known to execute quickly enough to run on an event loop's thread."""
         return self._inline_on_loop and 0 <= self.recent_execute_ns <= INLINE_ON_LOOP_MAX_NS
 
-    # -- reservation -------------------------------------------------------------------------
-    def try_reserve(self) -> bool:
-        """Reserve the instance for one payload now, without waiting; False if busy (or
+    # -- the busy half of a reservation (dispatch.py adds the resources) ---------------------
+    def try_acquire(self) -> bool:
+        """Take ``busy`` now, without waiting, for a caller or a loop; False if busy (or
         finalized: checked again under ``busy``, which finalize holds while it clears
         ``inline_allowed``)."""
         if not self.inline_allowed or not self.busy.acquire(False):
             return False
-        if self.inline_allowed and self._rate_limiter.try_acquire(self, self.resources):
+        if self.inline_allowed:
             return True
         self.busy.release()
         return False
 
-    def reserve(self) -> None:
-        """Wait for the instance's resources, then for the instance itself."""
-        self._rate_limiter.acquire(self, self.resources)
+    def acquire(self) -> None:
+        """Wait for ``busy`` (a backend thread, warmup)."""
         with self._waiting_lock:
             self.waiting += 1  # an event loop running payloads here lets this thread in
         self.busy.acquire()
         with self._waiting_lock:
             self.waiting -= 1
 
-    def unreserve(self) -> None:
+    def release(self) -> None:
         self.busy.release()
-        self._rate_limiter.release(self, self.resources)
+
+    def finish_from_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop`` is being detached (dispatch.detach_loop, on its thread): finish here a
+        payload still in flight from it."""
+        if self._loop is not None:
+            self._loop.finish_from_loop(loop)
 
     def finalize(self, timeout: float = 30.0) -> None:
         """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
-        if isinstance(self._backend, LoopInstance):
-            # a payload started from an event loop that closed: finished here
-            self._backend.rescue_from_closed_loop()
+        self.loop_capable = False  # a chain running here ends after its payload
         acquired = self.busy.acquire(timeout=timeout)
         self.inline_allowed = False  # no caller may reserve it from now on
         if not acquired:
@@ -177,22 +177,24 @@ class ModelInstance:
         self._complete(payload, start, end)
 
     def execute_on_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
-                        then: Callable[[], None]) -> None:
+                        then: Callable[[Payload | None], None]) -> None:
         """Start one payload from ``loop``, the running event loop, without blocking it (the
         caller holds the reservation; only when ``runs_on_loop``). The backend finishes it
-        on the loop; then it is recorded, its responses released, and ``then()`` called
-        (which releases the reservation or starts the next payload)."""
+        on the loop; then it is recorded, its responses released, and ``then(None)``
+        called (which releases the reservation or starts the next payload). If the
+        backend could not start it at all (its requests untouched), ``then(payload)``."""
         for request in payload.requests:
             request.sender.hold()  # type: ignore[union-attr]
         start = self._clock()
 
         def finished() -> None:
             self._complete(payload, start, self._clock())
-            then()
+            then(None)
 
+        backend = self._loop
+        assert backend is not None
         try:
-            self._backend.execute_on_loop(  # type: ignore[attr-defined]
-                payload, loop, finished)
+            backend.execute_on_loop(payload, loop, finished, partial(then, payload))
         except Exception as exc:  # not started: answered here, on the loop
             self._fail_open_requests(payload, exc)
             finished()
@@ -239,55 +241,6 @@ class ModelInstance:
                 sender.send_error(error)
 
 
-class BackendThread:
-    """The thread that runs one instance (or every instance of a device-blocking group)."""
-
-    def __init__(
-        self,
-        name: str,
-        instances: Sequence[ModelInstance],
-        next_payload: Callable[[], Payload | None],
-        cpu_cores: frozenset[int] | None = None,
-    ) -> None:
-        self.name = name
-        self._instances = tuple(instances)
-        self._next_payload = next_payload
-        self._cpu_cores = cpu_cores
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        # daemon: a hung model must not keep the interpreter alive at exit
-        thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread = thread
-        thread.start()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; True if it did (or never started)."""
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
-
-    def _run(self) -> None:
-        if self._cpu_cores:
-            _pin_current_thread(self.name, self._cpu_cores)
-        next_payload = self._next_payload
-        instances = self._instances
-        turn = 0
-        while True:
-            payload = next_payload()
-            if payload is None:
-                return
-            instance = instances[turn % len(instances)]
-            turn += 1
-            instance.reserve()
-            try:
-                instance.execute(payload)
-            finally:
-                instance.unreserve()
-
-
 def cpu_cores_of(policy: Mapping[str, str], policy_name: str) -> frozenset[int] | None:
     """The CPU cores a host policy (``cpu-cores=0-3,6-6``: ranges, as Triton takes them)
     pins its instances to, if any."""
@@ -313,7 +266,7 @@ def cpu_cores_of(policy: Mapping[str, str], policy_name: str) -> frozenset[int] 
     return frozenset(cores)
 
 
-def _pin_current_thread(name: str, cores: frozenset[int]) -> None:
+def pin_current_thread(name: str, cores: frozenset[int]) -> None:
     set_affinity = getattr(os, "sched_setaffinity", None)
     if set_affinity is None:
         logger.info("thread %s: CPU affinity is not supported on this OS; ignored", name)

@@ -45,14 +45,15 @@ from .backends.base import (
     device_blocking,
 )
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
+from .caller import Caller
 from .clock import Clock, MonotonicClock, deadline_after, seconds_until
+from .dispatch import Dispatch
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
-from .instance import BackendThread, ModelInstance, cpu_cores_of
-from .payload import Payload
+from .instance import ModelInstance, cpu_cores_of
 from .rate_limiter import RateLimiter, ResourceAsk
 from .ray import create_backend_model
 from .request import InferRequest
-from .response import InferResponse, ResponseSender, ResponseStream, on_event_loop
+from .response import InferResponse, ResponseSender, ResponseStream
 from .scheduling.base import Scheduler
 from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
@@ -133,8 +134,8 @@ class LoadedModel:
         self._health: HealthReporting | None = None
         self._contributor: MetricContributor | None = None
         self._instances: list[ModelInstance] = []
-        self._threads: list[BackendThread] = []
         self._scheduler: Scheduler | None = None
+        self._dispatch = Dispatch(self.name)  # replaced at load
         self._inflight: dict[int, InferRequest] = {}  # id -> request not yet answered
         self._accepting = False
         self._inflight_lock = threading.Lock()
@@ -196,7 +197,7 @@ class LoadedModel:
                 self._instances.append(ModelInstance(
                     self.name, info, backend_instance, self.stats,
                     decoupled=self.context.decoupled, clock=self._clock,
-                    rate_limiter=rate_limiter, resources=asks[info.name],
+                    resources=asks[info.name],
                     # Only an instance's own thread runs it when the thread matters: GPU
                     # (the current device is per thread), a device-blocking backend (one
                     # thread per device), a host policy (the thread is pinned). Never for
@@ -207,19 +208,18 @@ class LoadedModel:
                                     and caller_runs != CALLER_RUNS_OFF),
                     inline_on_loop_allowed=caller_runs == CALLER_RUNS_AUTO,
                 ))
+            dispatch = Dispatch(self.name, self._instances, rate_limiter)
             # Every active instance runs the warmup samples before the model is READY.
-            run_warmup(self.name, self.version, samples, self._instances, self._clock)
+            run_warmup(self.name, self.version, samples, self._instances, self._clock,
+                       dispatch.run)
             active = [i for i in self._instances if not i.info.passive]
             scheduler = self._make_scheduler(len(active))
         except BaseException:
             self._finalize_all()
             raise
-        scheduler.attach(active)
         self._scheduler = scheduler
-        self._threads = _backend_threads(self.name, active, scheduler.next_payload, cores,
-                                         blocking)
-        for thread in self._threads:
-            thread.start()
+        self._dispatch = dispatch
+        dispatch.start(scheduler, cores=cores, device_blocking=blocking)
         with self._inflight_lock:
             self._accepting = True
 
@@ -239,6 +239,7 @@ class LoadedModel:
         self._scheduler = EnsembleScheduler(
             self.config, steps, self.context.infer,  # type: ignore[arg-type]
             self._record_ensemble_failure, self._record_success)
+        self._dispatch.start(self._scheduler)  # no instances: its steps are requests
         with self._inflight_lock:
             self._accepting = True
 
@@ -301,21 +302,13 @@ class LoadedModel:
                     sender.abort(UnavailableError(
                         f"model '{self.name}' version {self.version} was unloaded before "
                         "the request completed"))
-        scheduler = self._scheduler
-        if scheduler is not None:
-            scheduler.stop()
-            for thread in self._threads:
-                if not thread.join(seconds_until(clock, deadline) + 1.0):
-                    logger.error("thread %s of model %s did not stop in time", thread.name,
-                                 self.name)
-            scheduler.drain()
-            scheduler.attach(())  # lends its instances to callers no more
+        self._dispatch.stop(clock, deadline)  # lends its instances to callers no more
         # An execute still running past the deadline (a model that ignores cancellation)
         # gets the same second of grace as its thread, not finalize's own default.
         self._finalize_all(seconds_until(clock, deadline) + 1.0)
-        # Nothing of the backend stays reachable from an unloaded model (its threads and
-        # its scheduler held the instances), so its memory can go back to the system.
-        self._threads = []
+        # Nothing of the backend stays reachable from an unloaded model (its dispatch
+        # held the instances), so its memory can go back to the system.
+        self._dispatch = Dispatch(self.name)
 
     def _finalize_all(self, timeout: float = 30.0) -> None:
         for instance in self._instances:
@@ -335,15 +328,16 @@ class LoadedModel:
         *,
         raise_on_error: bool = True,
         callback: Callable[[InferResponse | None, bool], None] | None = None,
-        consume_now: bool = False,
+        caller: Caller | None = None,
     ) -> ResponseStream:
         """Validate and enqueue ``request``; its responses arrive on the returned stream
         (or, with ``callback``, are passed to it on the producing thread).
 
-        ``consume_now``: the caller reads the stream at once (frontends do), so the
-        request runs on the calling thread before this returns when an instance is idle
-        (on an event loop: only a model known to execute briefly), without waking an
-        instance thread; otherwise it is queued and one instance thread is woken.
+        ``caller`` says who reads the stream at once (caller.py; frontends do): the
+        request then runs on the calling thread before this returns when an instance is
+        idle (``Caller.LOOP``: only a model known to execute briefly), without waking an
+        instance thread; otherwise it is queued and one instance thread is woken
+        (dispatch.py). None: queued; a reader blocking on the stream may still run it.
 
         Raises at once (InvalidArgumentError, UnavailableError) for what is wrong on entry.
         """
@@ -367,9 +361,11 @@ class LoadedModel:
         if cache is not None:  # the only cost of the cache to models without it
             key, cached, lookup_ns = self._lookup(cache, request)
         stream = ResponseStream(request, raise_on_error=raise_on_error, callback=callback)
-        caller_runs = consume_now and callback is None
-        if callback is None and not caller_runs:
-            stream._runner = self._scheduler  # a blocking reader may run it (once)
+        dispatch = self._dispatch
+        if callback is not None:
+            caller = None  # answered on the producer's thread: nobody reads the stream
+        elif caller is None:
+            stream._runner = dispatch  # a blocking reader may run it (once)
         fill = None
         if key is not None and cached is None:
             fill = CacheFill(cache, key, lookup_ns, self.stats, self._clock)  # type: ignore[arg-type]
@@ -399,8 +395,7 @@ class LoadedModel:
                 return stream
             self.stats.record_cache_miss(lookup_ns)
         try:
-            self._scheduler.enqueue(  # type: ignore[union-attr]
-                request, caller_runs=caller_runs, on_loop=caller_runs and on_event_loop())
+            dispatch.submit(request, caller)
         except InvalidArgumentError:
             # The scheduler's own checks of the request (a sequence's id and START flag):
             # Triton refuses it in the scheduler's Enqueue, in no statistics.
@@ -549,27 +544,6 @@ class LoadedModel:
         }
 
 
-def _backend_threads(
-    model_name: str,
-    instances: list[ModelInstance],
-    next_payload: Callable[[], Payload | None],
-    cores: Mapping[str, frozenset[int] | None],
-    device_blocking: bool,
-) -> list[BackendThread]:
-    """One thread per instance, or per (kind, device) for a device-blocking backend."""
-    if not device_blocking:
-        return [BackendThread(f"infercore-{model_name}-{i.name}", [i], next_payload,
-                              cores[i.name]) for i in instances]
-    by_device: dict[tuple[str, int], list[ModelInstance]] = {}
-    for instance in instances:
-        by_device.setdefault((instance.info.kind, instance.info.device_id), []).append(instance)
-    return [
-        BackendThread(f"infercore-{model_name}-{kind.removeprefix('KIND_').lower()}{device}",
-                      group, next_payload, cores[group[0].name])
-        for (kind, device), group in by_device.items()
-    ]
-
-
 def _first_response_buckets(config: model_config_pb2.ModelConfig) -> tuple[float, ...]:
     """The first-response histogram's buckets: Triton's defaults, or the model's
     ``model_metrics`` override for that family."""
@@ -645,7 +619,7 @@ def _instance_infos(config: model_config_pb2.ModelConfig) -> list[InstanceInfo]:
     return infos
 
 
-# Config parameter "infercore.caller_runs" (docs/architecture.md, "Handoffs per request"):
+# Config parameter "infercore.caller_runs" (docs/architecture.md, "Dispatch entry points"):
 #   auto      a blocked caller, or an event loop for a model known to execute briefly,
 #             may run a request on an idle instance itself (the default)
 #   blocking  only a blocked (synchronous) caller may; never an event loop's thread: for

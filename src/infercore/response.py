@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from typing import Any, Protocol
@@ -27,54 +26,17 @@ from .errors import CancelledError, InternalError, TritonError
 from .request import InferRequest, ParameterValue
 from .tensor import Tensor
 
-__all__ = ["InferResponse", "ResponseSender", "ResponseStream", "mark_long_lived_loop",
-           "mark_serving_thread", "on_event_loop", "running_long_lived_loop"]
+__all__ = ["InferResponse", "ResponseSender", "ResponseStream"]
 
 _allocate_lock = threading.Lock
 
 
 class InlineRunner(Protocol):
+    """Who may run a queued request for the reader that blocks on it (dispatch.py)."""
+
     def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
         """Execute the still-queued request on the calling thread; False if it cannot."""
         ...
-
-
-class _ServingMark(threading.local):
-    marked = False  # per thread; the class default spares a failed lookup per call
-
-
-_serving = _ServingMark()
-
-
-def mark_serving_thread() -> None:
-    """Mark the calling thread as one that serves many clients without an asyncio loop
-    (the gRPC frontend's completion-queue thread): like an event loop, it must never be
-    stalled by a long execution."""
-    _serving.marked = True
-
-
-_long_lived_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-
-
-def mark_long_lived_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Declare that ``loop`` runs until its server stops (a frontend's loop): the engine
-    may then leave work in flight on it, such as a process-isolated instance's payload
-    whose answer the loop reads when it comes (scheduling/dynamic.py). A loop that may
-    close while its server serves (``asyncio.run`` in a caller's code) must not be
-    marked: work left on it would wait for the unload to rescue it."""
-    _long_lived_loops.add(loop)
-
-
-def running_long_lived_loop() -> asyncio.AbstractEventLoop | None:
-    """The running event loop if it was marked long-lived, else None."""
-    loop = asyncio._get_running_loop()
-    return loop if loop is not None and loop in _long_lived_loops else None
-
-
-def on_event_loop() -> bool:
-    """Whether the calling thread is running an asyncio event loop, or is marked as a
-    serving thread: either must never be stalled by a long execution."""
-    return asyncio._get_running_loop() is not None or _serving.marked
 
 
 class InferResponse:

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .cache import ResponseCache
+from .caller import Caller
 from .clock import deadline_after, seconds_until
+from .dispatch import AttachedLoop, attach_loop, detach_loop
 from .errors import (
     InternalError,
     InvalidArgumentError,
@@ -308,14 +310,15 @@ class Server(StartStop):
         *,
         raise_on_error: bool = True,
         callback: Callable[[InferResponse | None, bool], None] | None = None,
-        consume_now: bool = False,
+        caller: Caller | None = None,
     ) -> ResponseStream:
         """Run a request built by the caller (frontends do this); see ``Model.infer``.
 
-        ``consume_now=True`` says the caller will await or iterate the stream right away:
-        when an instance is idle (and, on an event loop, the model is known to be short) the
-        calling thread runs the request before this returns, waking no other thread;
-        otherwise it is queued with exactly one wake-up.
+        ``caller`` (``Caller.THREAD``, ``Caller.LOOP``, or a frontend's attached loop)
+        says that the caller will await or iterate the stream right away, and what kind
+        of thread it is: when an instance is idle (and, for a loop, the model is known to
+        be short) the calling thread runs the request before this returns, waking no
+        other thread; otherwise it is queued with exactly one wake-up (dispatch.py).
 
         With ``callback``, each response is passed to ``callback(response, final)`` on the
         thread that produced it, in order (``response`` is None for a bare final flag),
@@ -323,7 +326,7 @@ class Server(StartStop):
         """
         return self._infer_on(self._resolve(request.model_name, request.model_version),
                               request, raise_on_error=raise_on_error, callback=callback,
-                              consume_now=consume_now)
+                              caller=caller)
 
     def _infer_on(
         self,
@@ -332,12 +335,12 @@ class Server(StartStop):
         *,
         raise_on_error: bool = True,
         callback: Callable[[InferResponse | None, bool], None] | None = None,
-        consume_now: bool = False,
+        caller: Caller | None = None,
     ) -> ResponseStream:
         """``infer`` for a caller that has resolved the request's model already."""
         try:
             return loaded.infer(request, raise_on_error=raise_on_error, callback=callback,
-                                consume_now=consume_now)
+                                caller=caller)
         except UnavailableError:
             # A reload may have swapped this version out between the lookup and the
             # admission (it then refuses new requests while draining): the version
@@ -346,7 +349,20 @@ class Server(StartStop):
             if current is loaded:
                 raise
             return current.infer(request, raise_on_error=raise_on_error, callback=callback,
-                                 consume_now=consume_now)
+                                 caller=caller)
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> Caller:
+        """Attach ``loop``, a frontend's event loop that serves until the frontend stops
+        (called on its thread): the answer is the ``caller=`` of the requests started on
+        it, which may leave payloads in flight there (a process-isolated model's, whose
+        answer the loop reads when it comes; dispatch.py). Detach it before it closes."""
+        return attach_loop(loop)
+
+    def detach_loop(self, caller: Caller) -> None:
+        """On the loop's thread, before it closes: no payload starts there any more, and
+        what is still in flight from it is finished on this thread."""
+        if isinstance(caller, AttachedLoop):
+            detach_loop(caller)
 
     def _resolve(self, name: str, version: int) -> LoadedModel:
         if not self._started or self._stopped:

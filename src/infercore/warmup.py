@@ -1,7 +1,7 @@
 """Model warmup (``model_warmup`` in the config): samples built at load, run on each instance.
 
     warmup_samples(config, model_dir) -> [WarmupSample]   parse and validate, build the tensors
-    run_warmup(name, version, samples, instances, clock)   execute them before the model serves
+    run_warmup(name, version, samples, instances, clock, run)   execute them before serving
 
 As Triton does (backend_model_instance.cc):
 
@@ -27,10 +27,11 @@ Random floats are random bit patterns with the non-finite ones (NaN, infinity) s
 random BOOLs are True/False, rather than arbitrary bytes. A file name must stay inside the
 model's ``warmup`` folder.
 
-Threads: both functions run on the loading thread. ``run_warmup`` reserves the instance for
-each payload (its ``busy`` lock and its rate-limiter resources, as Triton's warmup payloads
-go through the rate limiter), so it is safe whether or not the instance threads run (the
-scheduler is not admitting requests yet). A decoupled model may answer from threads of its
+Threads: both functions run on the loading thread. ``run_warmup`` executes each payload
+through ``run`` (dispatch.py's ``Dispatch.run``: it reserves the instance, its ``busy``
+lock and its rate-limiter resources, as Triton's warmup payloads go through the rate
+limiter), so it is safe whether or not the instance threads run (the scheduler is not
+admitting requests yet). A decoupled model may answer from threads of its
 own: each warmup request ends when its final flag arrives, waited for with a deadline.
 """
 
@@ -252,10 +253,12 @@ def run_warmup(
     samples: Sequence[WarmupSample],
     instances: Sequence[ModelInstance],
     clock: Callable[[], int],
+    run: Callable[[ModelInstance, Payload], None],
     *,
     timeout: float | None = 300.0,
 ) -> None:
-    """Run every sample ``count`` times on each active instance, on the calling thread.
+    """Run every sample ``count`` times on each active instance, on the calling thread
+    (``run(instance, payload)`` reserves the instance and executes the payload).
 
     ``timeout`` (seconds) bounds the wait for each execution's final responses (they may
     come later than ``execute`` returns from a decoupled model); None waits as long as it
@@ -275,7 +278,8 @@ def run_warmup(
             for iteration in range(1, sample.count + 1):
                 logger.debug("model '%s' instance %s is running warmup sample '%s' for "
                              "iteration %d", model_name, instance.name, sample.name, iteration)
-                errors = _run_once(model_name, version, sample, instance, clock, timeout)
+                errors = _run_once(model_name, version, sample, instance, clock, run,
+                                   timeout)
                 if errors:
                     logger.debug("model '%s' instance %s failed to run warmup sample '%s'",
                                  model_name, instance.name, sample.name)
@@ -291,6 +295,7 @@ def _run_once(
     sample: WarmupSample,
     instance: ModelInstance,
     clock: Callable[[], int],
+    run: Callable[[ModelInstance, Payload], None],
     timeout: float | None,
 ) -> list[str]:
     """Execute one payload of the sample on ``instance``; the error texts of its responses."""
@@ -316,11 +321,7 @@ def _run_once(
         request.queue_start_ns = now
         requests.append(request)
         streams.append(stream)
-    instance.reserve()
-    try:
-        instance.execute(Payload(requests, clock))
-    finally:
-        instance.unreserve()
+    run(instance, Payload(requests, clock))
     if not finished.wait(timeout):
         for request in requests:
             request.cancel()

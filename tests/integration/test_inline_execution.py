@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from infercore import InferRequest, Server, Tensor
+from infercore.caller import Caller
 
 WHO_RUNS_ME_CONFIG = """
 name: "who"
@@ -75,7 +76,7 @@ def test_a_busy_instance_is_not_borrowed(who):
         instance = loaded.instances[0]
         with instance.busy:  # as if a payload were executing on it
             stream = server.model("who").infer(inputs=X)
-            assert not loaded._scheduler.run_inline(stream.request)
+            assert not loaded._dispatch.run_inline(stream.request)
         # Once free, the instance thread (or a blocked caller) runs it.
         assert _thread_of(stream.result()) in ("infercore-who-who_0_0",
                                                threading.current_thread().name)
@@ -122,25 +123,25 @@ def _request() -> InferRequest:
     return InferRequest("who", {"X": Tensor.from_numpy(np.array([1], np.int32))})
 
 
-def test_consume_now_runs_inline_without_waking_the_instance_thread(who):
+def test_a_thread_caller_runs_inline_without_waking_the_instance_thread(who):
     with who() as server:
-        stream = server.infer(_request(), consume_now=True)
+        stream = server.infer(_request(), caller=Caller.THREAD)
         assert _thread_of(stream.result()) == threading.current_thread().name
 
 
-def test_consume_now_hands_off_at_once_when_no_instance_is_idle(who):
+def test_a_thread_caller_hands_off_at_once_when_no_instance_is_idle(who):
     with who() as server:
         instance = server._manager.get("who").instances[0]
         with instance.busy:  # as if a payload were executing on it
-            stream = server.infer(_request(), consume_now=True)
+            stream = server.infer(_request(), caller=Caller.THREAD)
         # queued with its wake-up sent inside infer(): no reader is needed to start it
         assert _thread_of(stream.result(timeout=10)) == "infercore-who-who_0_0"
 
 
-async def test_consume_now_from_an_event_loop_dispatches_unknown_models(who):
+async def test_a_loop_caller_dispatches_unknown_models(who):
     async with who() as server:
         # the model's execution time is still unknown: the loop must not run it
-        response = await server.infer(_request(), consume_now=True)
+        response = await server.infer(_request(), caller=Caller.LOOP)
         assert _thread_of(response) == "infercore-who-who_0_0"
 
 
@@ -154,7 +155,7 @@ def _who_with_policy(repo, policy: str) -> Server:
 def test_caller_runs_off_leaves_every_request_to_the_instance_thread(repo):
     with _who_with_policy(repo, "off") as server:
         assert _thread_of(server.model("who").infer(inputs=X).result()) == "infercore-who-who_0_0"
-        stream = server.infer(_request(), consume_now=True)
+        stream = server.infer(_request(), caller=Caller.THREAD)
         assert _thread_of(stream.result()) == "infercore-who-who_0_0"
 
 

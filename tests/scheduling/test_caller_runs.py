@@ -1,8 +1,9 @@
 """Caller runs: who executes a request, and that no request is ever left without a runner.
 
-The handoff rule (scheduling/base.py): ``enqueue(caller_runs=True)`` executes the request
-on the calling thread when an instance can be reserved now, waking nobody; otherwise the
-request is queued and exactly one wake-up is sent before ``enqueue`` returns. Each test
+The handoff rule (dispatch.py): ``submit(request, Caller.THREAD)`` (or ``Caller.LOOP``)
+executes the request on the calling thread when an instance can be reserved now, waking
+nobody; otherwise the request is queued and exactly one wake-up is sent before ``submit``
+returns. Each test
 drives one of the races the rule must survive with explicit events and instance locks
 (and the ManualClock for the batcher's delays), never with sleeps.
 """
@@ -18,8 +19,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from infercore.backends.base import InstanceInfo
+from infercore.caller import Caller
+from infercore.dispatch import BackendThread, Dispatch
 from infercore.errors import CancelledError, UnavailableError
-from infercore.instance import INLINE_ON_LOOP_MAX_NS, BackendThread, ModelInstance
+from infercore.instance import INLINE_ON_LOOP_MAX_NS, ModelInstance
 from infercore.options import RateLimitMode
 from infercore.payload import Payload
 from infercore.rate_limiter import RateLimiter, ResourceAsk
@@ -61,12 +64,9 @@ class Recorder:
 
 
 def _instance(backend: Recorder, name: str = "m_0", *, short: bool = False,
-              rate_limiter: RateLimiter | None = None,
               resources: ResourceAsk | None = None) -> ModelInstance:
     info = InstanceInfo(name, "m", 0, "KIND_CPU", 0)
-    extra = {}
-    if rate_limiter is not None:
-        extra = {"rate_limiter": rate_limiter, "resources": resources}
+    extra = {} if resources is None else {"resources": resources}
     instance = ModelInstance("m", info, backend, ModelStats("m", 1), decoupled=False,
                              clock=ManualClock().now_ns, **extra)
     if short:
@@ -84,25 +84,28 @@ def _request(name: str, width: int = 4, priority: int = 0,
     return request, stream
 
 
-def _default(*instances: ModelInstance) -> tuple[DefaultScheduler, list[InferRequest]]:
+def _default(*instances: ModelInstance, limiter: RateLimiter | None = None
+             ) -> tuple[DefaultScheduler, Dispatch, list[InferRequest]]:
     failed: list[InferRequest] = []
     scheduler = DefaultScheduler("m", max(1, len(instances)), ManualClock().now_ns,
                                  failed.append)
-    scheduler.attach(instances)
-    return scheduler, failed
+    dispatch = Dispatch("m", instances, limiter or RateLimiter())
+    dispatch.start(scheduler, threads=False)
+    return scheduler, dispatch, failed
 
 
 def _batcher(extra: str, *instances: ModelInstance, clock: ManualClock | None = None
-             ) -> tuple[DynamicBatcher, ManualClock]:
+             ) -> tuple[DynamicBatcher, Dispatch, ManualClock]:
     clock = clock or ManualClock()
     config = text_format.Parse(BATCHING + extra, model_config_pb2.ModelConfig())
     batcher = DynamicBatcher(config, max(1, len(instances)), clock, lambda request: None)
-    batcher.attach(instances)
-    return batcher, clock
+    dispatch = Dispatch("m", instances)
+    dispatch.start(batcher, threads=False)
+    return batcher, dispatch, clock
 
 
-def _thread_for(scheduler, instance: ModelInstance) -> BackendThread:
-    thread = BackendThread("instance-thread", [instance], scheduler.next_payload)
+def _thread_for(dispatch: Dispatch, instance: ModelInstance) -> BackendThread:
+    thread = BackendThread("instance-thread", [instance], dispatch)
     thread.start()
     return thread
 
@@ -126,9 +129,9 @@ ME = threading.current_thread().name
 
 def test_caller_runs_on_an_idle_instance_and_wakes_nobody():
     backend = Recorder()
-    scheduler, _ = _default(_instance(backend))
+    scheduler, dispatch, _ = _default(_instance(backend))
     request, stream = _request("a")
-    scheduler.enqueue(request, caller_runs=True)
+    dispatch.submit(request, Caller.THREAD)
     assert stream.done  # answered before enqueue returned
     assert backend.runs == [(ME, ["a"])]
     stats = scheduler.statistics()
@@ -140,11 +143,11 @@ def test_caller_runs_on_an_idle_instance_and_wakes_nobody():
 def test_busy_instance_hands_off_with_exactly_one_wakeup():
     backend = Recorder()
     instance = _instance(backend)
-    scheduler, _ = _default(instance)
-    thread = _thread_for(scheduler, instance)
+    scheduler, dispatch, _ = _default(instance)
+    thread = _thread_for(dispatch, instance)
     request, stream = _request("a")
     with instance.busy:  # as if a payload were executing on it
-        scheduler.enqueue(request, caller_runs=True)
+        dispatch.submit(request, Caller.THREAD)
         assert scheduler.statistics().wakeups == 1
     _answered_once(stream)  # iterating may not run it: the thread already owns it or will
     assert backend.runs == [("instance-thread", ["a"])]
@@ -153,8 +156,8 @@ def test_busy_instance_hands_off_with_exactly_one_wakeup():
 
 def test_an_instance_freed_just_after_the_check_still_gets_the_request():
     class FreedAfterCheck(ModelInstance):
-        def try_reserve(self) -> bool:
-            reserved = super().try_reserve()  # busy: False
+        def try_acquire(self) -> bool:
+            reserved = super().try_acquire()  # busy: False
             self.busy.release()  # ... and the payload it was running ends right now
             return reserved
 
@@ -162,11 +165,11 @@ def test_an_instance_freed_just_after_the_check_still_gets_the_request():
     instance = FreedAfterCheck("m", InstanceInfo("m_0", "m", 0, "KIND_CPU", 0), backend,
                                ModelStats("m", 1), decoupled=False,
                                clock=ManualClock().now_ns)
-    scheduler, _ = _default(instance)
-    thread = _thread_for(scheduler, instance)
+    scheduler, dispatch, _ = _default(instance)
+    thread = _thread_for(dispatch, instance)
     instance.busy.acquire()
     request, stream = _request("a")
-    scheduler.enqueue(request, caller_runs=True)
+    dispatch.submit(request, Caller.THREAD)
     assert stream.result(timeout=WAIT_S) is not None  # a reader with a deadline never runs it
     assert backend.runs == [("instance-thread", ["a"])]
     _stop(scheduler, thread)
@@ -175,22 +178,22 @@ def test_an_instance_freed_just_after_the_check_still_gets_the_request():
 def test_on_an_event_loop_only_an_instance_known_to_be_short_runs_inline():
     backend = Recorder()
     instance = _instance(backend)  # recent executions unknown
-    scheduler, _ = _default(instance)
+    scheduler, dispatch, _ = _default(instance)
     first, first_stream = _request("first")
-    scheduler.enqueue(first, caller_runs=True, on_loop=True)
+    dispatch.submit(first, Caller.LOOP)
     assert not first_stream.done and scheduler.statistics().wakeups == 1
-    thread = _thread_for(scheduler, instance)
+    thread = _thread_for(dispatch, instance)
     _answered_once(first_stream)
     _stop(scheduler, thread)
 
-    scheduler, _ = _default(instance)
+    scheduler, dispatch, _ = _default(instance)
     instance.recent_execute_ns = INLINE_ON_LOOP_MAX_NS + 1
     slow, slow_stream = _request("slow")
-    scheduler.enqueue(slow, caller_runs=True, on_loop=True)
+    dispatch.submit(slow, Caller.LOOP)
     assert not slow_stream.done
     instance.recent_execute_ns = INLINE_ON_LOOP_MAX_NS // 2
     short, short_stream = _request("short")
-    scheduler.enqueue(short, caller_runs=True, on_loop=True)
+    dispatch.submit(short, Caller.LOOP)
     assert short_stream.done
     assert backend.runs[-1] == (ME, ["short"])
 
@@ -198,10 +201,10 @@ def test_on_an_event_loop_only_an_instance_known_to_be_short_runs_inline():
 def test_the_caller_borrows_the_idle_one_of_several_instances():
     busy_backend, idle_backend = Recorder(), Recorder()
     busy, idle = _instance(busy_backend, "m_0"), _instance(idle_backend, "m_1")
-    scheduler, _ = _default(busy, idle)
+    scheduler, dispatch, _ = _default(busy, idle)
     request, stream = _request("a")
     with busy.busy:
-        scheduler.enqueue(request, caller_runs=True)
+        dispatch.submit(request, Caller.THREAD)
     assert stream.done
     assert idle_backend.runs == [(ME, ["a"])] and busy_backend.runs == []
     assert scheduler.statistics().wakeups == 0
@@ -212,12 +215,12 @@ def test_rate_limiter_resources_in_use_mean_a_handoff():
     ask = ResourceAsk((("R", -1, 1),))
     limiter.register("m", [ask])
     backend = Recorder()
-    instance = _instance(backend, rate_limiter=limiter, resources=ask)
-    scheduler, _ = _default(instance)
-    thread = _thread_for(scheduler, instance)
+    instance = _instance(backend, resources=ask)
+    scheduler, dispatch, _ = _default(instance, limiter=limiter)
+    thread = _thread_for(dispatch, instance)
     limiter.acquire("another model's instance", ask)  # R is taken
     request, stream = _request("a")
-    scheduler.enqueue(request, caller_runs=True)
+    dispatch.submit(request, Caller.THREAD)
     assert not stream.done and scheduler.statistics().wakeups == 1
     limiter.release("another model's instance", ask)
     _answered_once(stream)
@@ -227,10 +230,10 @@ def test_rate_limiter_resources_in_use_mean_a_handoff():
 
 def test_a_request_cancelled_before_enqueue_is_answered_not_run():
     backend = Recorder()
-    scheduler, failed = _default(_instance(backend))
+    scheduler, dispatch, failed = _default(_instance(backend))
     request, stream = _request("a")
     request.cancel()
-    scheduler.enqueue(request, caller_runs=True)
+    dispatch.submit(request, Caller.THREAD)
     responses = list(stream)
     assert len(responses) == 1 and isinstance(responses[0].error, CancelledError)
     assert backend.runs == [] and failed == [request]
@@ -241,9 +244,9 @@ def test_a_cancel_during_inline_execution_reaches_the_backend_only():
         payload.requests[0].cancel()
 
     backend = Recorder(during=cancel_now)
-    scheduler, failed = _default(_instance(backend))
+    scheduler, dispatch, failed = _default(_instance(backend))
     request, stream = _request("a")
-    scheduler.enqueue(request, caller_runs=True)
+    dispatch.submit(request, Caller.THREAD)
     responses = list(stream)
     assert len(responses) == 1 and responses[0].error is None  # the backend's answer
     assert backend.cancelled_seen == [True] and failed == []
@@ -252,12 +255,12 @@ def test_a_cancel_during_inline_execution_reaches_the_backend_only():
 def test_a_reader_without_the_promise_claims_its_queued_request_once():
     backend = Recorder()
     instance = _instance(backend)
-    scheduler, _ = _default(instance)
+    scheduler, dispatch, _ = _default(instance)
     request, stream = _request("a")
     scheduler.enqueue(request)  # no promise: handed off at once
     assert scheduler.statistics().wakeups == 1
-    assert scheduler.run_inline(request)  # the reader got there first
-    assert not scheduler.run_inline(request)  # claimed: never twice
+    assert dispatch.run_inline(request)  # the reader got there first
+    assert not dispatch.run_inline(request)  # claimed: never twice
     _answered_once(stream)
     assert backend.runs == [(ME, ["a"])]
     _stop(scheduler)
@@ -267,10 +270,10 @@ def test_a_reader_without_the_promise_claims_its_queued_request_once():
 def test_a_finalized_instance_is_never_borrowed():
     backend = Recorder()
     instance = _instance(backend)
-    scheduler, failed = _default(instance)
+    scheduler, dispatch, failed = _default(instance)
     instance.finalize()
     request, stream = _request("a")
-    scheduler.enqueue(request, caller_runs=True)
+    dispatch.submit(request, Caller.THREAD)
     assert backend.runs == [] and not stream.done
     _stop(scheduler)
     scheduler.drain()  # what an unload does after its threads exit
@@ -280,10 +283,10 @@ def test_a_finalized_instance_is_never_borrowed():
 
 def test_enqueue_after_stop_refuses_before_running_anything():
     backend = Recorder()
-    scheduler, _ = _default(_instance(backend))
+    scheduler, dispatch, _ = _default(_instance(backend))
     scheduler.stop()
     with pytest.raises(UnavailableError):
-        scheduler.enqueue(_request("a")[0], caller_runs=True)
+        dispatch.submit(_request("a")[0], Caller.THREAD)
     assert backend.runs == []
 
 
@@ -293,12 +296,12 @@ def test_enqueue_after_stop_refuses_before_running_anything():
 def test_batcher_caller_runs_a_batch_with_the_requests_queued_before_it():
     backend = Recorder()
     instance = _instance(backend)
-    batcher, _ = _batcher("dynamic_batching { }", instance)
+    batcher, dispatch, _ = _batcher("dynamic_batching { }", instance)
     with instance.busy:
         first, first_stream = _request("first")
-        batcher.enqueue(first, caller_runs=True)  # busy: queued, one wake-up
+        dispatch.submit(first, Caller.THREAD)  # busy: queued, one wake-up
     second, second_stream = _request("second")
-    batcher.enqueue(second, caller_runs=True)
+    dispatch.submit(second, Caller.THREAD)
     assert first_stream.done and second_stream.done
     assert backend.runs == [(ME, ["first", "second"])]
     stats = batcher.statistics()
@@ -308,12 +311,12 @@ def test_batcher_caller_runs_a_batch_with_the_requests_queued_before_it():
 def test_batcher_with_a_delay_never_runs_inline_and_wakes_one_thread():
     backend = Recorder()
     instance = _instance(backend, short=True)
-    batcher, clock = _batcher("dynamic_batching { max_queue_delay_microseconds: 100 }",
+    batcher, dispatch, clock = _batcher("dynamic_batching { max_queue_delay_microseconds: 100 }",
                               instance)
-    thread = _thread_for(batcher, instance)
+    thread = _thread_for(dispatch, instance)
     clock.wait_for_sleepers(1)  # idle, waiting for work without a deadline
     request, stream = _request("a")
-    batcher.enqueue(request, caller_runs=True, on_loop=True)
+    dispatch.submit(request, Caller.LOOP)
     assert not stream.done and batcher.statistics().wakeups == 1
     clock.wait_for_sleepers(1)  # woken, and now waiting for the batch's deadline
     clock.advance(us=100)
@@ -329,10 +332,10 @@ def _waiting_for_company(extra: str = "") -> tuple:
     """A batcher whose one thread waits for the deadline of a batch holding request "a"."""
     backend = Recorder()
     instance = _instance(backend)
-    batcher, clock = _batcher(DELAYED % extra, instance)
+    batcher, dispatch, clock = _batcher(DELAYED % extra, instance)
     first, first_stream = _request("a")
     batcher.enqueue(first)  # no thread waits yet: one signal, found by the thread below
-    thread = _thread_for(batcher, instance)
+    thread = _thread_for(dispatch, instance)
     clock.wait_for_sleepers(1)  # parked until a's batch deadline
     assert batcher.statistics().wakeups == 1
     return batcher, clock, backend, thread, first_stream
@@ -395,18 +398,18 @@ def test_a_request_with_an_earlier_timeout_wakes_the_waiting_thread():
 def test_batcher_wakes_a_thread_when_the_callers_request_is_not_at_the_front():
     backend = Recorder()
     instance = _instance(backend)
-    batcher, _ = _batcher("dynamic_batching { priority_levels: 2 }", instance)
+    batcher, dispatch, _ = _batcher("dynamic_batching { priority_levels: 2 }", instance)
     with instance.busy:
         urgent, urgent_stream = _request("urgent", width=8, priority=1)
         batcher.enqueue(urgent)
     # The caller reserves the idle instance, but the front batch (the urgent request,
     # another shape) cannot hold its request: it hands off instead of running.
     mine, mine_stream = _request("mine", width=4, priority=2)
-    batcher.enqueue(mine, caller_runs=True)
+    dispatch.submit(mine, Caller.THREAD)
     assert not urgent_stream.done and not mine_stream.done
     stats = batcher.statistics()
     assert (stats.queued, stats.ran_inline, stats.wakeups) == (2, 0, 2)
-    thread = _thread_for(batcher, instance)
+    thread = _thread_for(dispatch, instance)
     _answered_once(urgent_stream)
     _answered_once(mine_stream)
     assert backend.runs == [("instance-thread", ["urgent"]), ("instance-thread", ["mine"])]
@@ -417,7 +420,7 @@ def test_batcher_rejects_expired_requests_and_still_hands_off_the_callers_one():
     backend = Recorder()
     instance = _instance(backend)
     clock = ManualClock()
-    batcher, _ = _batcher(
+    batcher, dispatch, _ = _batcher(
         "dynamic_batching { default_queue_policy { default_timeout_microseconds: 50 "
         "allow_timeout_override: true } }", instance, clock=clock)
     with instance.busy:
@@ -425,11 +428,11 @@ def test_batcher_rejects_expired_requests_and_still_hands_off_the_callers_one():
         batcher.enqueue(old)
     clock.advance(us=60)
     mine, mine_stream = _request("mine")
-    batcher.enqueue(mine, caller_runs=True)
+    dispatch.submit(mine, Caller.THREAD)
     responses = list(old_stream)
     assert str(responses[0].error) == "Request timeout expired"
     assert not mine_stream.done and batcher.statistics().wakeups == 2
-    thread = _thread_for(batcher, instance)
+    thread = _thread_for(dispatch, instance)
     _answered_once(mine_stream)
     assert backend.runs == [("instance-thread", ["mine"])]
     _stop(batcher, thread)
@@ -438,10 +441,10 @@ def test_batcher_rejects_expired_requests_and_still_hands_off_the_callers_one():
 def test_batcher_cancel_of_a_handed_off_request_answers_it_once():
     backend = Recorder()
     instance = _instance(backend)
-    batcher, _ = _batcher("dynamic_batching { }", instance)
+    batcher, dispatch, _ = _batcher("dynamic_batching { }", instance)
     with instance.busy:
         request, stream = _request("a")
-        batcher.enqueue(request, caller_runs=True)
+        dispatch.submit(request, Caller.THREAD)
     request.cancel()
     responses = list(stream)
     assert len(responses) == 1 and isinstance(responses[0].error, CancelledError)
@@ -459,13 +462,13 @@ def test_batcher_preserve_ordering_holds_an_inline_batch_behind_an_earlier_one()
 
     backend_a, backend_b = Recorder(during=block_first), Recorder()
     a, b = _instance(backend_a, "m_0"), _instance(backend_b, "m_1")
-    batcher, _ = _batcher("dynamic_batching { preserve_ordering: true }", a, b)
+    batcher, dispatch, _ = _batcher("dynamic_batching { preserve_ordering: true }", a, b)
     first, first_stream = _request("first")
-    runner = threading.Thread(target=lambda: batcher.enqueue(first, caller_runs=True))
+    runner = threading.Thread(target=lambda: dispatch.submit(first, Caller.THREAD))
     runner.start()
     assert first_running.wait(WAIT_S)
     second, second_stream = _request("second")
-    batcher.enqueue(second, caller_runs=True)  # runs on instance b, here
+    dispatch.submit(second, Caller.THREAD)  # runs on instance b, here
     assert backend_b.runs == [(ME, ["second"])]
     assert not second_stream.done  # held until "first" is released
     release_first.set()
@@ -473,7 +476,7 @@ def test_batcher_preserve_ordering_holds_an_inline_batch_behind_an_earlier_one()
     assert first_stream.done and second_stream.done
 
 
-# -- through the model: consume_now -----------------------------------------------------
+# -- through the model: caller= ---------------------------------------------------------
 
 
 def _add_sub_request() -> InferRequest:
@@ -481,19 +484,19 @@ def _add_sub_request() -> InferRequest:
     return InferRequest("add_sub", {"INPUT0": x, "INPUT1": x})
 
 
-async def test_consume_now_on_an_event_loop_runs_a_short_model_inside_infer(add_sub_repo):
+async def test_a_loop_caller_runs_a_short_model_inside_infer(add_sub_repo):
     from infercore import Server
 
     async with Server(model_repository=add_sub_repo.path) as server:
         loaded = server._manager.get("add_sub")
-        first = server.infer(_add_sub_request(), consume_now=True)
+        first = server.infer(_add_sub_request(), caller=Caller.LOOP)
         assert loaded._scheduler.statistics().wakeups == 1  # duration unknown: handed off
         await first
         instance = loaded.instances[0]
         with instance.busy:  # its thread answered, and now lets the instance go
             instance.recent_execute_ns = INLINE_ON_LOOP_MAX_NS // 2  # known short
         before = loaded._scheduler.statistics()
-        stream = server.infer(_add_sub_request(), consume_now=True)
+        stream = server.infer(_add_sub_request(), caller=Caller.LOOP)
         assert stream.done  # executed on this loop's thread before infer returned
         after = loaded._scheduler.statistics()
         assert after.wakeups == before.wakeups and after.ran_inline == before.ran_inline + 1
@@ -501,12 +504,12 @@ async def test_consume_now_on_an_event_loop_runs_a_short_model_inside_infer(add_
         assert response.outputs["OUTPUT0"].to_numpy().tolist() == [[2.0] * 4]
 
 
-def test_consume_now_from_a_plain_thread_runs_any_model_inside_infer(add_sub_repo):
+def test_a_thread_caller_runs_any_model_inside_infer(add_sub_repo):
     from infercore import Server
 
     with Server(model_repository=add_sub_repo.path) as server:
         loaded = server._manager.get("add_sub")
-        stream = server.infer(_add_sub_request(), consume_now=True)  # duration unknown
+        stream = server.infer(_add_sub_request(), caller=Caller.THREAD)  # duration unknown
         assert stream.done
         stats = loaded._scheduler.statistics()
         assert (stats.ran_inline, stats.wakeups) == (1, 0)
@@ -523,11 +526,12 @@ def _timed_instance() -> tuple[ModelInstance, Callable[[int], None]]:
     info = InstanceInfo("m_0", "m", 0, "KIND_CPU", 0)
     instance = ModelInstance("m", info, backend, ModelStats("m", 1), decoupled=False,
                              clock=clock.now_ns)
+    dispatch = Dispatch("m", [instance])
 
     def run(us: int) -> None:
         took.append(us)
         request, _ = _request("r")
-        instance.execute(Payload([request], clock.now_ns))
+        dispatch.run(instance, Payload([request], clock.now_ns))
 
     return instance, run
 

@@ -224,11 +224,12 @@ def test_a_second_start_continues_the_live_sequence_in_its_slot(caplog):
     assert batcher.statistics().backlogged == 1
 
 
-def test_run_inline_always_declines():
+def test_callers_never_run_its_requests():
     batcher, _, _ = _batcher()
     request, _ = _request(1, start=True)
-    batcher.enqueue(request)
-    assert batcher.run_inline(request) is False
+    assert batcher.enqueue(request, take=True) is None  # never a payload for the caller
+    assert not batcher.callers_run
+    assert batcher.take(request) is None
     assert batcher.queued_count() == 1
 
 

@@ -20,7 +20,7 @@ uses the documented default (docs/backends.md, "Optional capabilities"):
     HealthReporting    BackendModel.serving / health_reason                     (True, "")
     MetricContributor  BackendModel.metric_families(): families beside Triton's  (none)
     LoopInstance       BackendInstance.loop_ready / execute_on_loop /
-                       rescue_from_closed_loop: runs payloads from an event loop (never)
+                       finish_from_loop: runs payloads from an event loop       (never)
 
 Where backends come from, in the order a name is looked up (docs/backends.md):
 
@@ -243,20 +243,25 @@ class MetricContributor(Protocol):
 @runtime_checkable
 class LoopInstance(Protocol):
     """On a BackendInstance that can run a payload from an event loop without blocking it
-    (the Python backend's process-isolated instances). Default: it never does.
+    (the Python backend's process-isolated instances), so a frontend's loop drives it with
+    no thread crossing (dispatch.py, the loop-driven chain). Default: it never does. Only
+    for models that are not decoupled; the engine's reservation keeps every other thread
+    off the instance until ``done`` or ``unstarted`` was called.
 
-    ``loop_ready()``: whether ``execute_on_loop`` may be used now. ``execute_on_loop``
-    starts ``payload`` from ``loop`` (the running one) and returns; ``done`` is called on
-    the loop once it is answered; raising means nothing was sent. ``rescue_from_closed_loop``
-    finishes on the calling thread a payload whose loop closed first (called before
-    ``finalize``)."""
+    ``loop_ready()``: whether ``execute_on_loop`` may be used now (not while restarting).
+    ``execute_on_loop`` starts ``payload`` from ``loop`` (the running one) and returns;
+    ``done`` is called on the loop once it is answered, or ``unstarted`` instead when it
+    could not be started at all (its requests untouched: the engine hands it back to the
+    instance's threads); raising means nothing was sent (the engine answers).
+    ``finish_from_loop(loop)``: ``loop`` is being detached (on its thread, before it
+    closes): finish on the calling thread a payload still in flight from it."""
 
     def loop_ready(self) -> bool: ...
 
     def execute_on_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
-                        done: Callable[[], None]) -> None: ...
+                        done: Callable[[], None], unstarted: Callable[[], None]) -> None: ...
 
-    def rescue_from_closed_loop(self) -> None: ...
+    def finish_from_loop(self, loop: asyncio.AbstractEventLoop) -> None: ...
 
 
 # -- the registry ---------------------------------------------------------------------------

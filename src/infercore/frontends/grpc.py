@@ -38,6 +38,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from ..caller import Caller
 from ..errors import InvalidArgumentError
 from ..server import Server
 from .flag_types import boolean, int_at_least, integer
@@ -276,9 +277,8 @@ class GrpcFrontend(LoopThreadFrontend):
             raise InvalidArgumentError(
                 f"invalid gRPC transport '{self.options.transport}', expected one of "
                 + ", ".join(TRANSPORTS))
-        super().__init__(self.options.address, self.options.repository_thread_count,
+        super().__init__(server, self.options.address, self.options.repository_thread_count,
                          "infercore-grpc-repository")
-        self._server = server
         # HTTP and gRPC see the same registered regions: one registry per server.
         self._shm = for_clients(server, self.options.allow_client_shm, shared_memory)
         self._accepting = False  # new requests on open streams; read on the loop thread
@@ -383,7 +383,8 @@ class GrpcFrontend(LoopThreadFrontend):
         options = self.options
         infer = InferService(self._server, self._shm, self._large,
                              compression=COMPRESSION_LEVELS[options.response_compression],
-                             header_forward_pattern=options.header_forward_pattern)
+                             header_forward_pattern=options.header_forward_pattern,
+                             loop_caller=self._caller or Caller.LOOP)
         handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = dict(
             CommonService(self._server, self._shm, self._executor).handlers())
         handlers["ModelInfer"] = infer.direct() if direct else infer.handler()

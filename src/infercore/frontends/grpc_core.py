@@ -43,8 +43,6 @@ from typing import Any
 import grpc
 from grpc._cython import cygrpc
 
-from ..response import mark_serving_thread
-
 __all__ = ["BatchGate", "CoreServer", "DirectUnary", "UnaryCall", "cygrpc_status"]
 
 logger = logging.getLogger(__name__)
@@ -241,7 +239,6 @@ class CoreServer:
 
     # -- the completion-queue thread ------------------------------------------------------
     def _poll(self) -> None:
-        mark_serving_thread()  # the engine must not run long models here
         queue = self._queue
         shutdown_type = cygrpc.CompletionType.queue_shutdown
         while True:

@@ -3,9 +3,10 @@
 The handler receives the serialized request (grpc does no deserialization, so a malformed
 message becomes INVALID_ARGUMENT rather than an unexpected handler error), looks the model
 up first (an unknown model is NOT_FOUND whatever the body holds, as in Triton), decodes
-the request and starts it in the engine with ``consume_now``, which lets the engine
-execute a short model inline on the calling thread: a typical request never crosses
-threads. Two handlers, one per transport (grpc.py):
+the request and starts it in the engine saying who calls (``caller=``: ``Caller.LOOP``
+for the completion-queue and large-request threads, the loop's attachment on the event
+loop), which lets the engine execute a short model inline on the calling thread: a typical
+request never crosses threads. Two handlers, one per transport (grpc.py):
 
 - ``model_infer_direct`` (the default, grpc_core.py) runs on the completion-queue thread.
   When the model ran inline it answers at once; otherwise it watches the call for
@@ -34,6 +35,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, UnsupportedError
 from ..handle import Model
 from ..response import InferResponse, ResponseStream
@@ -121,8 +123,9 @@ class InferService:
 
     def __init__(self, server: Server, shm: SystemSharedMemory, large: LargeRequests, *,
                  compression: grpc.Compression | None = None,
-                 header_forward_pattern: str = "") -> None:
+                 header_forward_pattern: str = "", loop_caller: Caller = Caller.LOOP) -> None:
         self._server = server
+        self._loop_caller = loop_caller  # the event loop's (the aio transport's handler)
         self._shm = shm
         self._large = large
         self._compression = compression
@@ -185,8 +188,8 @@ class InferService:
         return False
 
     def _start(self, data: bytes, metadata: tuple[tuple[str, str | bytes], ...] | None,
-               split: tuple[bytes, list[memoryview]] | None = None
-               ) -> tuple[Prepared, ResponseStream]:
+               split: tuple[bytes, list[memoryview]] | None = None,
+               caller: Caller = Caller.LOOP) -> tuple[Prepared, ResponseStream]:
         """Parse, decode and start a ModelInfer request; raises the error to answer with."""
         if split is None and len(data) > LARGE_REQUEST_BYTES:
             split = split_raw_contents(data)
@@ -199,9 +202,9 @@ class InferService:
         try:
             if prepared.decoupled:
                 raise UnsupportedError(_DECOUPLED)
-            # consume_now: the stream is read as soon as the request is done
+            # caller: the stream is read as soon as the request is done
             return prepared, self._server.infer(prepared.decoded.request,
-                                                raise_on_error=False, consume_now=True)
+                                                raise_on_error=False, caller=caller)
         except BaseException:
             prepared.regions.release()  # not started: nothing else will release them
             raise
@@ -238,7 +241,7 @@ class InferService:
                     asyncio.get_running_loop().call_soon(self._large.release_refused)
                     raise
             else:
-                prepared, stream = self._start(data, metadata)
+                prepared, stream = self._start(data, metadata, None, self._loop_caller)
             regions = prepared.regions
             try:
                 # Not decoupled: the first response is the final one.

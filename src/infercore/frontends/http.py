@@ -26,6 +26,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..caller import Caller
 from ..server import Server
 from .busy_poll import BusyPoll
 from .flag_types import boolean, int_at_least, integer
@@ -129,9 +130,8 @@ class HttpFrontend(LoopThreadFrontend):
     def __init__(self, server: Server, options: HttpOptions | None = None,
                  shared_memory: SystemSharedMemory | None = None) -> None:
         self.options = options or HttpOptions()
-        super().__init__(self.options.address, self.options.thread_count,
+        super().__init__(server, self.options.address, self.options.thread_count,
                          f"infercore-{self.kind}-admin")
-        self._server = server
         # HTTP and gRPC see the same registered regions: one registry per server.
         self._shm = for_clients(server, self.options.allow_client_shm, shared_memory)
 
@@ -157,7 +157,8 @@ class HttpFrontend(LoopThreadFrontend):
         router = HttpRouter(self._server, self._shm, self._executor,
                             max_input_size=options.max_input_size,
                             header_forward_pattern=options.header_forward_pattern,
-                            busy_poll=busy_poll, dialect=self.dialect, large=self._large)
+                            busy_poll=busy_poll, dialect=self.dialect, large=self._large,
+                            caller=self._caller or Caller.LOOP)
         # The restricted header is not among those the connection reads by default.
         keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
         handle = guard_http(self._handler(router), options.restricted)

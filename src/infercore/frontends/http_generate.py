@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, TritonError
 from ..generate_schema import generate_shape
 from ..request import InferRequest, ParameterValue
@@ -69,17 +70,19 @@ _NOT_STRING = "attempt to access JSON non-string as string"
 class GenerateHandler:
     """Serves ``generate`` and ``generate_stream`` for one server."""
 
-    def __init__(self, server: Server, *, busy_poll: BusyPoll | None = None) -> None:
+    def __init__(self, server: Server, *, busy_poll: BusyPoll | None = None,
+                 caller: Caller = Caller.LOOP) -> None:
         self._server = server
+        self._caller = caller  # the loop's: requests started on it (dispatch.py)
         self._busy_poll = busy_poll
 
     async def generate(self, request: HttpRequest, model: str, version: int, *,
                        stream: bool) -> HttpResponse:
         try:
             infer_request = self._decode(request, model, version)
-            # consume_now: read right below, so no instance thread is woken in vain
+            # caller: read right below, so no instance thread is woken in vain
             responses = self._server.infer(infer_request, raise_on_error=False,
-                                           consume_now=True)
+                                           caller=self._caller)
         except TritonError as exc:
             return error_response(exc)
         except Exception as exc:  # noqa: BLE001 - any failure becomes a 500, never a crash

@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
 from ..response import InferResponse, ResponseStream
 from ..server import Server
@@ -106,8 +107,10 @@ class InferHandler:
 
     def __init__(self, server: Server, shm: SystemSharedMemory, *, max_input_size: int,
                  header_forward_pattern: str = "", busy_poll: BusyPoll | None = None,
-                 dialect: InferDialect = KSERVE, large: LargeRequests | None = None) -> None:
+                 dialect: InferDialect = KSERVE, large: LargeRequests | None = None,
+                 caller: Caller = Caller.LOOP) -> None:
         self._server = server
+        self._caller = caller  # the loop's: requests started on it (dispatch.py)
         self._dialect = dialect
         self._busy_poll = busy_poll
         self._large = large  # None: every body is decoded on the loop
@@ -155,10 +158,11 @@ class InferHandler:
         try:
             if large is None:
                 decoded, stream = self._start(request, model, version, body, header_length,
-                                              regions)
+                                              regions, self._caller)
             else:  # off the loop, which serves every other client meanwhile
                 decoded, stream = await large.run(
-                    self._start, request, model, version, body, header_length, regions)
+                    self._start, request, model, version, body, header_length, regions,
+                    Caller.LOOP)  # a thread that serves every client: never stalled
         except Exception as exc:  # noqa: BLE001 - any failure is answered
             if self._large is not None and len(body) > LARGE_REQUEST_BYTES:
                 # once this coroutine (holding the body) has ended
@@ -193,13 +197,13 @@ class InferHandler:
             return error_response(as_triton_error(exc), content_type=_TEXT)
 
     def _start(self, request: HttpRequest, model: str, version: int, body: bytes,
-               header_length: int | None, regions: RegionUse
+               header_length: int | None, regions: RegionUse, caller: Caller
                ) -> tuple[DecodedInfer, ResponseStream]:
         """Decode the request and start it in the engine; raises the error to answer."""
         decoded = self._decode(request, model, version, body, header_length, regions)
-        # consume_now: awaited at once, so no instance thread is woken in vain
+        # caller: awaited at once, so no instance thread is woken in vain
         return decoded, self._server.infer(decoded.request, raise_on_error=False,
-                                           consume_now=True)
+                                           caller=caller)
 
     def _decode(self, request: HttpRequest, model: str, version: int, body: bytes,
                 header_length: int | None, regions: RegionUse) -> DecodedInfer:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
+from ..caller import Caller
 from ..errors import (
     InternalError,
     InvalidArgumentError,
@@ -74,14 +75,15 @@ class HttpRouter:
     def __init__(self, server: Server, shm: SystemSharedMemory, executor: Executor, *,
                  max_input_size: int, header_forward_pattern: str = "",
                  busy_poll: BusyPoll | None = None, dialect: InferDialect = KSERVE,
-                 large: LargeRequests | None = None) -> None:
+                 large: LargeRequests | None = None, caller: Caller = Caller.LOOP) -> None:
         self._server = server
         self._shm = shm
         self._executor = executor
-        self._generate = GenerateHandler(server, busy_poll=busy_poll)
+        self._generate = GenerateHandler(server, busy_poll=busy_poll, caller=caller)
         self.infer = InferHandler(server, shm, max_input_size=max_input_size,
                                   header_forward_pattern=header_forward_pattern,
-                                  busy_poll=busy_poll, dialect=dialect, large=large)
+                                  busy_poll=busy_poll, dialect=dialect, large=large,
+                                  caller=caller)
 
     def handle(self, request: HttpRequest) -> Result:
         try:

@@ -45,7 +45,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ..memory import release_memory
-from ..response import mark_serving_thread
 
 __all__ = ["LARGE_REQUEST_BYTES", "LargeRequests", "costs_much"]
 
@@ -67,8 +66,7 @@ class LargeRequests:
     """The thread that decodes a frontend's large requests, one at a time."""
 
     def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name,
-                                            initializer=mark_serving_thread)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
         self._lock = threading.Lock()
         self._release_queued = False
 

@@ -8,6 +8,11 @@ also owns, and large requests to a thread of their own, ``infercore-<kind>-large
 
 ``_serve`` binds, sets ``_port``, calls ``_listening.set()``, waits for
 ``_stop_requested``, then lets in-flight work finish within ``_stop_timeout`` seconds.
+
+The loop is attached to the engine (``Server.attach_loop``) before ``_serve`` starts, and
+``_caller``, the attachment, is the ``caller=`` of the requests its handlers start on it;
+it is detached on the loop's thread after ``_serve`` ended and before the loop closes, so
+the engine finishes there whatever it still had in flight from this loop.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
+from ..caller import Caller
 from ..errors import InvalidArgumentError
-from ..response import mark_long_lived_loop
 from .large_requests import LargeRequests
+
+if TYPE_CHECKING:
+    from ..server import Server
 
 __all__ = ["LoopThreadFrontend", "new_event_loop"]
 
@@ -42,7 +51,9 @@ class LoopThreadFrontend:
     service_name = "service"  # as tritonserver logs it when listening
     starts_after_load = False  # serving (launch.py) starts it before the models load
 
-    def __init__(self, address: str, executor_threads: int, executor_name: str) -> None:
+    def __init__(self, server: Server, address: str, executor_threads: int,
+                 executor_name: str) -> None:
+        self._server = server
         self._address = address
         self._executor_threads = executor_threads
         self._executor_name = executor_name
@@ -50,6 +61,7 @@ class LoopThreadFrontend:
         self._executor: ThreadPoolExecutor | None = None
         self._large: LargeRequests | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._caller: Caller | None = None  # the loop's attachment, while it serves
         self._stop_requested: asyncio.Event | None = None
         self._listening = threading.Event()
         self._start_error: BaseException | None = None
@@ -123,7 +135,7 @@ class LoopThreadFrontend:
         loop = new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
-        mark_long_lived_loop(loop)  # it runs until the frontend stops (response.py)
+        self._caller = attached = self._server.attach_loop(loop)
         try:
             loop.run_until_complete(self._serve())
         except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
@@ -135,6 +147,8 @@ class LoopThreadFrontend:
             self._listening.set()
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
+                # before it closes: nothing is left in flight there
+                self._server.detach_loop(attached)
             finally:
                 asyncio.set_event_loop(None)
                 loop.close()

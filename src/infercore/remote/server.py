@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from ..caller import Caller
 from ..errors import (
     CancelledError,
     InternalError,
@@ -380,14 +381,14 @@ class RemoteServer(StartStop):
         *,
         raise_on_error: bool = True,
         callback: Callable[[InferResponse | None, bool], None] | None = None,
-        consume_now: bool = False,
+        caller: Caller | None = None,
     ) -> ResponseStream:
         """Send a request built by the caller; see ``RemoteModel.infer``.
 
         As ``Server.infer``: with ``callback``, each response is passed to
         ``callback(response, final)`` instead of being queued on the stream; here it runs
-        on the RemoteServer's loop thread, and must not block. ``consume_now`` is a hint
-        for the in-process engine and changes nothing remotely.
+        on the RemoteServer's loop thread, and must not block. ``caller`` is for the
+        in-process engine (where the request may run) and changes nothing remotely.
         """
         return self._submit(request, raise_on_error, {}, callback)
 

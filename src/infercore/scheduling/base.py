@@ -1,47 +1,47 @@
-"""The scheduler protocol every scheduler implements, and the handoff rules they share.
+"""The scheduler protocol every scheduler implements: schedulers form payloads.
 
-Callers (the model, on the request's thread) call ``enqueue``; each instance's backend
-thread calls ``next_payload`` and blocks in it until there is work or the scheduler stops
-(then it returns None). ``stop`` wakes every blocked instance thread.
+A scheduler never touches a model instance: dispatch.py decides who executes each payload
+(a backend thread, a caller, an event loop's chain) and holds the instance meanwhile. The
+scheduler only queues requests, forms payloads from them, and says whether a caller may run
+them itself (``callers_run``).
 
-Handoffs ("caller runs", docs/architecture.md). A request reaches an instance in one of
-two ways, and the scheduler decides which inside ``enqueue``, on the caller's thread:
+Threads: callers (through dispatch.py) call ``enqueue``, ``take`` and the chain methods;
+each backend thread calls ``next_payload`` and blocks in it until there is work or the
+scheduler stops (then it returns None). ``stop`` wakes every blocked backend thread.
 
-- ``caller_runs=True`` (the caller reads the stream at once): if an instance is idle (and,
-  ``on_loop``, known to execute briefly), the caller reserves it, claims its request and
-  executes it before ``enqueue`` returns. No instance thread is woken.
-- Otherwise (not allowed, or no instance can be reserved now), the request is queued and
-  exactly one wake-up is signalled to the instance threads. A thread that is busy sees the
-  request when it next looks at the queue; one that sleeps is woken by the signal.
+Handoffs (docs/architecture.md, "Dispatch entry points"):
 
-A model whose one instance can run a payload from an event loop without blocking it
-(process-isolated Python instances: ``ModelInstance.runs_on_loop``) is run by a loop
-caller through ``execute_on_loop`` when the instance is idle: the loop sends the payload
-and finishes it when the answer is readable, so no instance thread is woken
-(``reserve_for_loop``; the dynamic batcher also chains the next batches there).
+- ``enqueue(request)``: the request is queued and exactly one wake-up is signalled to the
+  backend threads (a thread that is busy sees it when it next looks; one that sleeps is
+  woken), or none when a waiting thread will take it anyway (the dynamic batcher's delay).
+- ``enqueue(request, take=True)``: the caller holds an idle instance: the scheduler returns
+  a payload holding the request for the caller to execute now, or queues it as above and
+  returns None (it cannot run now: another batch is at the front).
+- ``take(request)``: a reader that made no promise claims its still-queued request: a
+  payload holding it, or None. Claiming is atomic in each scheduler, so exactly one of a
+  backend thread, a reader or a cancel owns a request.
+- The loop-driven chain (``enqueue(take=True, chain=c)`` starts it; ``join_chain``,
+  ``poll``, ``end_chain``): while chain ``c`` (an opaque token, a loop's attachment) runs,
+  its loop's requests may be queued without a wake-up, and the chain forms the next
+  payload itself when the previous one is answered. When it ends, what is queued gets its
+  wake-up. A scheduler that does not chain declines (``join_chain`` False, ``poll`` None).
+- ``hand_back(payload)``: a payload formed for a chain that the backend could not start:
+  a backend thread takes it next.
 
-There is no third state: when ``enqueue`` returns, the request has run (or been answered)
-or it is in the queue with its wake-up sent, so no request waits on a reader that may
-never come. Readers that did not promise to read at once (``run_inline``) may still claim
-a queued request when an idle instance lets them; claiming is atomic in each scheduler,
-so exactly one of an instance thread, a reader or a cancel owns a request.
+There is no third state: when ``enqueue`` returns, the request has a payload the caller
+executes, or it is queued with its wake-up sent (or joined to a running chain), so no
+request waits on a reader that may never come.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..payload import Payload
 from ..request import InferRequest
-from ..response import running_long_lived_loop
 
-if TYPE_CHECKING:
-    from ..instance import ModelInstance
-
-__all__ = ["Scheduler", "SchedulerStatistics"]
+__all__ = ["NoCallerRuns", "Scheduler", "SchedulerStatistics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,29 +49,47 @@ class SchedulerStatistics:
     """How a scheduler's requests reached their instances so far."""
 
     queued: int  # requests waiting now (not yet handed to an instance)
-    ran_inline: int  # payloads executed on callers' threads (no thread crossing)
+    ran_inline: int  # payloads executed on callers' threads or loops (no thread crossing)
     wakeups: int  # wake-up signals sent to the instance threads for new work
 
 
 class Scheduler(Protocol):
-    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
-                on_loop: bool = False) -> None:
+    # Whether a caller holding an idle instance may run payloads (False: a request must
+    # wait for something, e.g. its sequence's lane or a batch's queue delay).
+    callers_run: bool
+
+    def enqueue(self, request: InferRequest, *, take: bool = False,
+                chain: object | None = None) -> Payload | None:
         """Accept a validated request (its sender set); answer it through the sender.
 
-        ``caller_runs``: the caller reads the stream at once, so the request may execute
-        on the calling thread now if an instance is idle (``on_loop``: the caller is an
-        event loop, so only an instance whose recent executions were short qualifies).
-        Otherwise it is queued and one instance thread is woken. Raises for what is
-        refused at the door (stopped, a full queue).
+        ``take``: the caller holds an idle instance; return a payload holding the request
+        to execute now, or queue it and return None. ``chain`` (with ``take``): a payload
+        returned starts that loop-driven chain. Raises for what is refused at the door
+        (stopped, a full queue).
         """
         ...
 
-    def attach(self, instances: Sequence[ModelInstance]) -> None:
-        """The active instances (a caller may reserve an idle one to run inline)."""
+    def take(self, request: InferRequest) -> Payload | None:
+        """A payload holding the still-queued ``request``, for the calling reader, if one
+        can be formed now; None (nothing done) otherwise."""
         ...
 
-    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
-        """Run the still-queued ``request`` on the calling thread if an instance is idle."""
+    def join_chain(self, request: InferRequest, chain: object) -> bool:
+        """Queue ``request`` without a wake-up if ``chain`` runs now (it will take it);
+        False (nothing done) if it does not."""
+        ...
+
+    def poll(self, chain: object) -> Payload | None:
+        """The chain's next payload, if one is ready now; None ends the chain (what is
+        queued gets its wake-up)."""
+        ...
+
+    def end_chain(self, chain: object) -> None:
+        """``chain`` stops; what is queued gets its wake-up."""
+        ...
+
+    def hand_back(self, payload: Payload) -> None:
+        """A payload a chain could not start: a backend thread takes it next."""
         ...
 
     def drain(self) -> None:
@@ -91,30 +109,23 @@ class Scheduler(Protocol):
         ...
 
 
-def reserve_for_loop(instances: Sequence[ModelInstance]
-                     ) -> tuple[ModelInstance, asyncio.AbstractEventLoop] | None:
-    """Reserve, for the running event loop, the model's one instance if it can run a payload
-    from the loop without blocking it (``ModelInstance.runs_on_loop``: process-isolated
-    instances) and is idle: ``(instance, loop)``; else None. Only a loop marked long-lived
-    (a frontend's, ``response.mark_long_lived_loop``) qualifies: the payload's answer is
-    read there later. The payload's ``then`` must ``unreserve()`` it."""
-    if len(instances) != 1 or not instances[0].runs_on_loop():
+class NoCallerRuns:
+    """The caller-runs and chain half of the protocol for a scheduler whose callers never
+    run requests (``callers_run`` False: dispatch.py never offers it a payload's caller)."""
+
+    callers_run = False
+
+    def take(self, request: InferRequest) -> Payload | None:
         return None
-    loop = running_long_lived_loop()
-    if loop is None or not instances[0].try_reserve():
+
+    def join_chain(self, request: InferRequest, chain: object) -> bool:
+        return False
+
+    def poll(self, chain: object) -> Payload | None:
         return None
-    return instances[0], loop
 
+    def end_chain(self, chain: object) -> None:
+        pass
 
-def reserve_idle(instances: Sequence[ModelInstance], on_loop: bool) -> ModelInstance | None:
-    """Reserve an idle instance for the calling thread without waiting, or None.
-
-    ``on_loop``: only an instance known to execute briefly, so an event loop never stalls.
-    The caller must ``unreserve()`` the instance it gets.
-    """
-    for instance in instances:
-        if on_loop and not instance.runs_short():
-            continue  # unknown or long: the loop must not wait for it
-        if instance.try_reserve():
-            return instance
-    return None
+    def hand_back(self, payload: Payload) -> None:
+        raise RuntimeError("this scheduler never starts a payload on a caller")

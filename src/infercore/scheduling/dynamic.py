@@ -1,9 +1,10 @@
 """The dynamic batcher: forms batches of queued requests for the model's free instances.
 
 Threads: callers ``enqueue``; each free instance's backend thread calls ``next_payload``
-and forms the next batch itself, under ``_cond``'s lock; a caller may form and run a batch
-containing its own request ("caller runs", scheduling/base.py; only without a queue
-delay, since a delayed batch must wait for company); any thread may cancel. ``_cond``
+and forms the next batch itself, under ``_cond``'s lock; a caller holding an idle instance
+may take a batch containing its own request (``enqueue(take=True)``, ``take``; dispatch.py
+runs it; only without a queue delay, since a delayed batch must wait for company); any
+thread may cancel. ``_cond``
 guards the queue, the stopped flag and the counters; responses are sent outside it.
 Batches are formed only when an instance is free to run them, so under load a batch keeps
 growing while every instance is busy, as Triton's batcher does.
@@ -29,29 +30,23 @@ does not fit); otherwise it waits for more requests until the oldest has waited
 preferred size, or whole. Timed-out requests are rejected or delayed by their level's
 policy. With ``preserve_ordering``, responses are released in arrival order.
 
-Payloads driven by an event loop: a model with one instance whose backend can run a
-payload from the loop without blocking it (process-isolated Python instances send it to
-their worker and read the answer when the loop finds it readable; ``runs_on_loop``) is
-run by a frontend's loop instead of its backend thread, with no thread crossing. A loop
-caller (``caller_runs``, ``on_loop``, no queue delay, on a loop marked long-lived: a
-frontend's, which outlives the work it leaves in flight) that finds the instance idle and
-the queue empty reserves it and starts its request there: the chain begins. While the
-chain runs, that loop's callers' requests are queued without a signal (another loop's
-are queued with one, as usual), and each time a payload is
-answered the chain forms the next batch from the queue on the loop (``_loop_next``); it
-ends, releasing the instance and waking an instance thread for what is queued, when the
-queue is empty, when an instance thread waits to reserve the instance (a caller that is
-not on the loop queued work), when the instance cannot run on the loop any more (its
-worker is restarting), or when the batcher stops. ``_chain_loop`` (the loop running the
-chain, None when there is none) is read and written under ``_cond``, so every request
-queued without a signal is seen by the chain.
+Payloads driven by an event loop (dispatch.py's loop-driven chain, for a model whose one
+instance can run payloads from a loop): a payload taken with ``chain=c`` starts chain
+``c`` (``_chain``, an opaque token: the loop's attachment). While it runs, that loop's
+requests join the queue without a signal (``join_chain``; another loop's or a thread's
+are queued with one, as usual), and each time a payload is answered the chain forms the
+next batch (``poll``); when nothing is ready, or dispatch ends it (``end_chain``), the
+chain is cleared and what is queued gets its wake-up. ``_chain`` is read and written under
+``_cond``, so every request queued without a signal is seen by the chain or signalled
+when it ends. A payload the chain could not start is handed back (``_handed_back``) and a
+backend thread takes it before forming a batch.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -59,11 +54,9 @@ from tritonclient.grpc import model_config_pb2
 
 from ..clock import Clock
 from ..errors import CancelledError, TritonError, UnavailableError
-from ..instance import ModelInstance
 from ..payload import Payload
 from ..request import InferRequest
-from ..response import running_long_lived_loop
-from .base import SchedulerStatistics, reserve_idle
+from .base import SchedulerStatistics
 from .queue import PriorityQueue
 
 __all__ = ["DynamicBatcher"]
@@ -88,6 +81,7 @@ class DynamicBatcher:
         self._preferred = [s for s in preferred if s <= self._max_batch_size] or [
             self._max_batch_size]
         self._delay_ns = int(batching.max_queue_delay_microseconds) * 1_000 if batching else 0
+        self.callers_run = not self._delay_ns  # a delayed batch waits for company
         self._preserve_ordering = bool(batching.preserve_ordering) if batching else False
         self._ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch)
         # Every input required, of fixed dims (and reshape) and not ragged: the validator
@@ -101,7 +95,6 @@ class DynamicBatcher:
         self._on_failed = on_failed
         self._cond = threading.Condition(threading.Lock())
         self._stopped = False
-        self._inline_instances: tuple[ModelInstance, ...] = ()
         # preserve_ordering: arrival sequence numbers and completed-but-unreleased requests
         self._next_seq = 0
         self._next_release = 0
@@ -109,133 +102,115 @@ class DynamicBatcher:
         self._seq: dict[int, int] = {}
         self._ran_inline = 0
         self._wakeups = 0
-        self._loop_instance: ModelInstance | None = None
-        # The event loop that runs this model's payloads, if one does (see above)
-        self._chain_loop: asyncio.AbstractEventLoop | None = None
+        # The chain that runs this model's payloads from an event loop, if one does
+        self._chain: object | None = None
+        self._handed_back: deque[Payload] = deque()
         # (batch size, shape key, wake-up ns) of a thread waiting for a batch's deadline
         self._armed: tuple[int, Any, int] | None = None
         self._pending: tuple[int, Any] = (0, None)  # set by _form with a deadline
 
     # -- callers -----------------------------------------------------------------------------
-    def attach(self, instances: Sequence[ModelInstance]) -> None:
-        self._inline_instances = tuple(instances)
-        # One instance that can run payloads from an event loop: loops chain them there.
-        self._loop_instance = (instances[0] if len(instances) == 1
-                               and instances[0].loop_capable else None)
-
-    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
-                on_loop: bool = False) -> None:
-        if (on_loop and caller_runs and not self._delay_ns and not request.cancelled
-                and self._loop_instance is not None and self._enqueue_on_loop(request)):
-            return
-        instance = None
-        if caller_runs and not self._delay_ns and not request.cancelled:
-            instance = reserve_idle(self._inline_instances, on_loop)
-        if instance is None:  # it will queue: its key, once, outside the lock
+    def enqueue(self, request: InferRequest, *, take: bool = False,
+                chain: object | None = None) -> Payload | None:
+        if not take:  # it will queue: its key, once, outside the lock
             request.batch_key = self._shape_key(request)
-        try:
-            payload = None
-            expired: list[InferRequest] = []
-            with self._cond:
-                if self._stopped:
-                    raise UnavailableError(
-                        f"model '{self._model_name}' is not accepting requests")
-                now = self._clock.now_ns()
-                request.queue_start_ns = now
-                if instance is not None and not len(self._queue):
-                    # Alone: it is the whole batch (no delay, nothing to wait for or to
-                    # expire, an empty level is never full), so it skips the queue.
-                    self._number(request)
-                    payload = self._payload([request])
-                    self._ran_inline += 1
-                else:
-                    if instance is not None:
-                        request.batch_key = self._shape_key(request)
-                    expires = self._queue.push(request, now)  # raises when a level is full
-                    self._number(request)
-                    if instance is not None:
-                        batch, expired, _ = self._form(now, must_hold=request)
-                        if batch:
-                            payload = self._payload(batch)
-                            self._ran_inline += 1
-                    if payload is None and not self._joins_armed(request, expires):
-                        self._wakeups += 1  # queued: exactly one wake-up, under the lock
-                        self._cond.notify()
-            if expired:
-                self._reject(expired)
-            if payload is None:
-                request.on_cancel(partial(self._cancel, request))
-                return
-            instance.execute(payload)  # type: ignore[union-attr]
-        finally:
-            if instance is not None:
-                instance.unreserve()
-
-    # -- payloads driven by an event loop (process-isolated instances) ------------------------
-    def _enqueue_on_loop(self, request: InferRequest) -> bool:
-        """Run ``request`` from the calling event loop without blocking it, or leave it
-        for the chain of payloads a loop already runs on the instance; False (nothing
-        done) when neither applies. See the module doc."""
-        instance = self._loop_instance
-        if instance is None or not instance.runs_on_loop():
-            return False
-        caller = running_long_lived_loop()
-        if caller is None:
-            return False
-        request.batch_key = self._shape_key(request)
-        loop = None
+        payload = None
+        expired: list[InferRequest] = []
         with self._cond:
             if self._stopped:
                 raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
             now = self._clock.now_ns()
-            if self._chain_loop is not None:
-                if self._chain_loop is not caller:
-                    return False  # another loop's chain: queued with a wake-up instead
-                # The running chain forms its next batch from the queue when the current
-                # payload is answered: no thread to wake.
-                request.queue_start_ns = now
-                self._queue.push(request, now)  # raises when a level is full
+            request.queue_start_ns = now
+            if take and not len(self._queue):
+                # Alone: it is the whole batch (no delay, nothing to wait for or to
+                # expire, an empty level is never full), so it skips the queue.
                 self._number(request)
-            else:
-                if len(self._queue) or not instance.try_reserve():
-                    return False
-                loop = caller
-                request.queue_start_ns = now
-                self._number(request)
-                self._chain_loop = caller
+                payload = self._payload([request])
                 self._ran_inline += 1
-        request.runs_on_loop = True
-        if loop is None:
+            else:
+                if take:
+                    request.batch_key = self._shape_key(request)
+                expires = self._queue.push(request, now)  # raises when a level is full
+                self._number(request)
+                if take:
+                    batch, expired, _ = self._form(now, must_hold=request)
+                    if batch:
+                        payload = self._payload(batch)
+                        self._ran_inline += 1
+                if payload is None and not self._joins_armed(request, expires):
+                    self._wakeups += 1  # queued: exactly one wake-up, under the lock
+                    self._cond.notify()
+            if payload is not None and chain is not None:
+                self._chain = chain
+        if expired:
+            self._reject(expired)
+        if payload is None:
             request.on_cancel(partial(self._cancel, request))
-            return True
-        instance.execute_on_loop(self._payload([request]), loop,
-                                 partial(self._loop_next, instance, loop))
+        return payload
+
+    def take(self, request: InferRequest) -> Payload | None:
+        """A batch holding the queued ``request`` for the reader (no queue delay: a
+        delayed batch waits for company), or None."""
+        if self._delay_ns:
+            return None
+        with self._cond:
+            batch, expired, _ = self._form(self._clock.now_ns(), must_hold=request)
+            payload = self._payload(batch) if batch else None
+            if payload is not None:
+                self._ran_inline += 1
+        if expired:
+            self._reject(expired)
+        return payload
+
+    # -- payloads driven by an event loop (dispatch.py's chain) --------------------------------
+    def join_chain(self, request: InferRequest, chain: object) -> bool:
+        request.batch_key = self._shape_key(request)
+        with self._cond:
+            if self._chain is not chain:
+                return False  # none, or another loop's: queued with a wake-up instead
+            if self._stopped:
+                raise UnavailableError(f"model '{self._model_name}' is not accepting requests")
+            now = self._clock.now_ns()
+            # The running chain forms its next batch from the queue when the current
+            # payload is answered: no thread to wake.
+            request.queue_start_ns = now
+            self._queue.push(request, now)  # raises when a level is full
+            self._number(request)
+        request.on_cancel(partial(self._cancel, request))
         return True
 
-    def _loop_next(self, instance: ModelInstance, loop: asyncio.AbstractEventLoop) -> None:
-        """On the loop, a chained payload was answered: run the next batch from the queue
-        the same way, or end the chain (a thread waiting for the instance, a restart
-        under way, the instance finalizing, or nothing queued) and hand what is queued to
-        the instance threads."""
+    def poll(self, chain: object) -> Payload | None:
         payload = None
         expired: list[InferRequest] = []
         with self._cond:
-            if not self._stopped and instance.runs_on_loop():
+            if not self._stopped and self._chain is chain:
                 batch, expired, _ = self._form(self._clock.now_ns())
                 if batch:
                     payload = self._payload(batch)
                     self._ran_inline += 1
             if payload is None:
-                self._chain_loop = None
-                if len(self._queue):
-                    self._wakeups += 1
-                    self._cond.notify()
-        if payload is None:
-            instance.unreserve()
+                self._end_chain(chain)
         if expired:
             self._reject(expired)
-        if payload is not None:
-            instance.execute_on_loop(payload, loop, partial(self._loop_next, instance, loop))
+        return payload
+
+    def end_chain(self, chain: object) -> None:
+        with self._cond:
+            self._end_chain(chain)
+
+    def _end_chain(self, chain: object) -> None:
+        """Holds _cond: ``chain`` ends; a thread is woken for what is queued."""
+        if self._chain is chain:
+            self._chain = None
+        if len(self._queue):
+            self._wakeups += 1
+            self._cond.notify()
+
+    def hand_back(self, payload: Payload) -> None:
+        with self._cond:
+            self._handed_back.append(payload)
+            self._wakeups += 1
+            self._cond.notify()
 
     def _number(self, request: InferRequest) -> None:
         """preserve_ordering: the request's place in the release order. Holds _cond."""
@@ -262,6 +237,8 @@ class DynamicBatcher:
         """Block until a batch is ready for the calling (free) instance; None once stopped."""
         with self._cond:
             while True:
+                if self._handed_back:
+                    return self._handed_back.popleft()
                 batch, expired, wake_at = self._form(self._clock.now_ns())
                 if expired:
                     self._cond.release()
@@ -281,32 +258,6 @@ class DynamicBatcher:
                     self._armed = (*self._pending, wake_at)
                 self._clock.wait(self._cond, wake_at)
                 self._armed = None
-
-    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
-        """Form and run, on the calling thread, a batch that holds the queued ``request``.
-
-        Only without a queue delay (a delayed batch must wait for company) and when an
-        instance is idle; False (nothing done) otherwise.
-        """
-        if self._delay_ns:
-            return False
-        instance = reserve_idle(self._inline_instances, on_loop)
-        if instance is None:
-            return False
-        try:
-            with self._cond:
-                batch, expired, _ = self._form(self._clock.now_ns(), must_hold=request)
-                payload = self._payload(batch) if batch else None
-                if payload is not None:
-                    self._ran_inline += 1
-            if expired:
-                self._reject(expired)
-            if payload is None:
-                return False
-            instance.execute(payload)
-            return True
-        finally:
-            instance.unreserve()
 
     def _form(
         self, now: int, must_hold: InferRequest | None = None
@@ -417,6 +368,9 @@ class DynamicBatcher:
         with self._cond:
             leftover = list(self._queue)
             self._queue.take(leftover)
+            for payload in self._handed_back:
+                leftover.extend(payload.requests)
+            self._handed_back.clear()
         self._fail(leftover, UnavailableError(
             f"model '{self._model_name}' was unloaded before the request could run"))
 

@@ -37,6 +37,7 @@ from ..request import NO_TRACE, InferRequest, request_label
 from ..response import InferResponse, ResponseStream
 from ..tensor import Tensor
 from ..triton_order import triton_order
+from .base import NoCallerRuns
 
 __all__ = ["EnsembleScheduler", "EnsembleStep", "StepDurations", "validate_ensemble"]
 
@@ -268,7 +269,7 @@ class _Run:
         self.durations = StepDurations()
 
 
-class EnsembleScheduler:
+class EnsembleScheduler(NoCallerRuns):
     """Runs ensemble requests over the composing models, as Triton's ensemble scheduler:
     a step is sent as soon as every tensor it reads has a value (of the same iteration);
     the steps whose outputs the request does not ask for (directly or through other
@@ -313,12 +314,6 @@ class EnsembleScheduler:
         self.decoupled = bool(config.model_transaction_policy.decoupled)
 
     # -- Scheduler protocol: an ensemble has no instances or queue of its own --------------
-    def attach(self, instances: Any) -> None:
-        pass
-
-    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
-        return False
-
     def next_payload(self) -> None:
         return None
 
@@ -331,8 +326,8 @@ class EnsembleScheduler:
     def drain(self) -> None:
         pass
 
-    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
-                on_loop: bool = False) -> None:
+    def enqueue(self, request: InferRequest, *, take: bool = False,
+                chain: object | None = None) -> None:
         # the steps are requests of their own: nothing for the caller to run here
         requested = request.requested_outputs or self._outputs
         run = _Run(request, self._pruned(requested), tuple(requested))

@@ -55,7 +55,7 @@ two requests executing at once and no in-flight bookkeeping is needed. There is 
 thread: each lane thread wakes at the idle deadlines of its sequences and at the backlog's
 timeouts; ``enqueue`` releases the idle sequence a request names, and every idle sequence
 when a START finds no free slot (so a busy instance delays no backlogged sequence). Callers
-never run requests inline (``run_inline`` declines): a request must wait for its
+never run requests themselves (``callers_run`` is False): a request must wait for its
 predecessors on its sequence's instance. One lock guards every structure here; each lane
 waits on its own condition of that lock, so an enqueue wakes only its sequence's lane.
 Responses are sent outside the lock.
@@ -67,7 +67,7 @@ import heapq
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -76,10 +76,10 @@ from tritonclient.grpc import model_config_pb2
 
 from ..clock import Clock
 from ..errors import CancelledError, InvalidArgumentError, TritonError, UnavailableError
-from ..instance import ModelInstance
 from ..payload import Payload
 from ..request import InferRequest
 from ..tensor import Tensor
+from .base import NoCallerRuns
 from .sequence_state import ImplicitState, SequenceControls
 
 __all__ = ["SequenceBatcher", "SequenceStatistics"]
@@ -127,7 +127,7 @@ class _Lane:
         self.ready = threading.Condition(lock)  # notified when this lane may have work
 
 
-class SequenceBatcher:
+class SequenceBatcher(NoCallerRuns):
     """Triton's sequence batcher (``sequence_batching``) for one model version."""
 
     def __init__(
@@ -170,19 +170,13 @@ class SequenceBatcher:
         self._stopped = False
 
     # -- callers -----------------------------------------------------------------------------
-    def attach(self, instances: Sequence[ModelInstance]) -> None:
-        """Nothing to keep: requests never run on their callers' threads (see run_inline)."""
-
-    def run_inline(self, request: InferRequest, *, on_loop: bool = False) -> bool:
-        """Always False: a request runs on its sequence's instance, after its predecessors."""
-        return False
-
-    def enqueue(self, request: InferRequest, *, caller_runs: bool = False,
-                on_loop: bool = False) -> None:
+    def enqueue(self, request: InferRequest, *, take: bool = False,
+                chain: object | None = None) -> None:
         """Queue ``request`` on its sequence; raises InvalidArgumentError for a request
         that cannot belong to one (Triton's sequence batcher refuses it in its Enqueue:
         the caller gets the error at once, and no statistics count it). Its caller never
-        runs it (``caller_runs`` is ignored): it waits for its sequence's lane."""
+        runs it (``take`` is never asked: ``callers_run`` is False): it waits for its
+        sequence's lane."""
         error = self._check(request)
         if error is None:
             with self._lock:

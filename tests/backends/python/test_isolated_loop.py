@@ -1,11 +1,11 @@
 """Process-isolated instances run from an event loop (the HTTP/gRPC frontends' path).
 
-A caller on a long-lived loop (a frontend's; the tests mark theirs with
-``mark_long_lived_loop``) that promises to consume at once (``consume_now``) starts its
-request on an idle isolated instance without blocking the loop: the worker's answer is
-read by the loop itself, so no instance thread is woken. While that chain runs, the same
-loop's callers' requests are queued silently and batched by the chain
-(scheduling/dynamic.py, "Payloads driven by an event loop").
+A caller on an attached loop (a frontend's; the tests attach theirs with
+``dispatch.attach_loop``) passes the attachment as ``caller=`` and starts its request on an
+idle isolated instance without blocking the loop: the worker's answer is read by the loop
+itself, so no instance thread is woken. While that chain runs, the same loop's callers'
+requests are queued silently and batched by the chain (dispatch.py, "the loop-driven
+chain"). A loop is detached before it closes, which finishes what it left in flight.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from test_isolated_server import ADD_SUB_PY, add_sub_config
 
 from infercore import Server
 from infercore.backends.python.isolated_worker import WorkerHandle
+from infercore.caller import Caller
+from infercore.dispatch import AttachedLoop, attach_loop, detach_loop
 from infercore.errors import InternalError
 from infercore.request import InferRequest
-from infercore.response import ResponseStream, mark_long_lived_loop
+from infercore.response import ResponseStream
 from infercore.tensor import Tensor
 from infercore.testing import RepositoryBuilder
 
@@ -69,8 +71,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> RepositoryBuilder:
 
 
 @pytest.fixture
-async def server(repo: RepositoryBuilder) -> AsyncIterator[Server]:
-    mark_long_lived_loop(asyncio.get_running_loop())  # as a frontend's loop is
+async def caller() -> AsyncIterator[AttachedLoop]:
+    attached = attach_loop(asyncio.get_running_loop())  # as a frontend's loop is
+    yield attached
+    detach_loop(attached)
+
+
+@pytest.fixture
+async def server(repo: RepositoryBuilder, caller: AttachedLoop) -> AsyncIterator[Server]:
     async with Server(model_repository=repo.path, model_control_mode="explicit",
                       startup_models=("loop", "pair", "plain")) as started:
         yield started
@@ -89,10 +97,10 @@ def _sum(response) -> list[float]:  # noqa: ANN001 - an InferResponse
 
 
 async def test_a_loop_caller_runs_its_request_without_waking_the_instance_thread(
-        server: Server):
+        server: Server, caller: AttachedLoop):
     loaded = server._manager.get("loop")
     before = loaded._scheduler.statistics()
-    stream = server.infer(_request(), consume_now=True)
+    stream = server.infer(_request(), caller=caller)
     assert not stream.done  # sent to the worker: the loop goes on meanwhile
     response = await stream
     assert _sum(response) == [3.0] * 4
@@ -103,11 +111,12 @@ async def test_a_loop_caller_runs_its_request_without_waking_the_instance_thread
     assert after.ran_inline == before.ran_inline + 1
 
 
-async def test_concurrent_loop_callers_are_batched_by_the_chain(server: Server):
+async def test_concurrent_loop_callers_are_batched_by_the_chain(
+        server: Server, caller: AttachedLoop):
     loaded = server._manager.get("loop")
     stats = server.model("loop").statistics()[0]
     before = loaded._scheduler.statistics()
-    streams = [server.infer(_request(value=float(i)), consume_now=True) for i in range(24)]
+    streams = [server.infer(_request(value=float(i)), caller=caller) for i in range(24)]
     responses = await asyncio.gather(*streams)
     assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(24)]
     assert all(stream.request.runs_on_loop for stream in streams)  # no thread of ours
@@ -123,8 +132,8 @@ async def test_concurrent_loop_callers_are_batched_by_the_chain(server: Server):
         assert getattr(now, phase).count - getattr(stats, phase).count == 24, phase
 
 
-async def test_a_thread_caller_meanwhile_is_served_too(server: Server):
-    loop_streams = [server.infer(_request(value=float(i)), consume_now=True)
+async def test_a_thread_caller_meanwhile_is_served_too(server: Server, caller: AttachedLoop):
+    loop_streams = [server.infer(_request(value=float(i)), caller=caller)
                     for i in range(8)]
     results: list[list[float]] = []
 
@@ -139,7 +148,7 @@ async def test_a_thread_caller_meanwhile_is_served_too(server: Server):
     thread.start()
     more = []
     while thread.is_alive():  # keep the chain busy while the thread's requests queue
-        streams = [server.infer(_request(), consume_now=True) for _ in range(4)]
+        streams = [server.infer(_request(), caller=caller) for _ in range(4)]
         more.extend(await asyncio.gather(*streams))
     thread.join()
     responses = await asyncio.gather(*loop_streams)
@@ -149,37 +158,37 @@ async def test_a_thread_caller_meanwhile_is_served_too(server: Server):
 
 
 async def test_a_crash_on_the_loop_fails_its_request_and_the_next_ones_succeed(
-        server: Server):
-    assert _sum(await server.infer(_request(), consume_now=True)) == [3.0] * 4
+        server: Server, caller: AttachedLoop):
+    assert _sum(await server.infer(_request(), caller=caller)) == [3.0] * 4
     response = await server.infer(_request(segv=True), raise_on_error=False,
-                                  consume_now=True)
+                                  caller=caller)
     assert isinstance(response.error, InternalError)
     assert "Stub process is not healthy" in response.error.message
     assert "SIGSEGV" in response.error.message
     for _ in range(5):  # served by the restarted worker (the backend thread waits for it)
-        assert _sum(await server.infer(_request(), consume_now=True)) == [3.0] * 4
+        assert _sum(await server.infer(_request(), caller=caller)) == [3.0] * 4
     assert server.model("loop").statistics()[0].fail.count == 1
 
 
 async def test_a_worker_killed_between_requests_is_replaced_without_a_failure(
-        server: Server):
-    response = await server.infer(_request(), consume_now=True)
+        server: Server, caller: AttachedLoop):
+    response = await server.infer(_request(), caller=caller)
     pid = int(response.outputs["PIDS"].to_numpy()[0][0])
     os.kill(pid, signal.SIGKILL)
     # Whether the death is seen before, while or after this request is sent, it never
     # reached the worker: it is retried on the replacement.
-    response = await server.infer(_request(), consume_now=True)
+    response = await server.infer(_request(), caller=caller)
     assert _sum(response) == [3.0] * 4
     assert int(response.outputs["PIDS"].to_numpy()[0][0]) != pid
     assert server.model("loop").statistics()[0].fail.count == 0
 
 
 async def test_a_payload_the_dead_worker_never_read_is_retried_on_its_replacement(
-        server: Server):
-    response = await server.infer(_request(), consume_now=True)
+        server: Server, caller: AttachedLoop):
+    response = await server.infer(_request(), caller=caller)
     pid = int(response.outputs["PIDS"].to_numpy()[0][0])
     os.kill(pid, signal.SIGSTOP)  # it cannot read what the loop sends from now on
-    pending = asyncio.ensure_future(server.infer(_request(), consume_now=True))
+    pending = asyncio.ensure_future(server.infer(_request(), caller=caller))
     await asyncio.sleep(0.3)
     assert not pending.done()  # sent from the loop, unread in the stopped worker's socket
     os.kill(pid, signal.SIGKILL)
@@ -189,10 +198,11 @@ async def test_a_payload_the_dead_worker_never_read_is_retried_on_its_replacemen
     assert server.model("loop").statistics()[0].fail.count == 0
 
 
-async def test_without_dynamic_batching_a_loop_caller_runs_an_idle_instance(server: Server):
+async def test_without_dynamic_batching_a_loop_caller_runs_an_idle_instance(
+        server: Server, caller: AttachedLoop):
     loaded = server._manager.get("plain")
     before = loaded._scheduler.statistics()
-    streams = [server.infer(_request("plain", value=float(i)), consume_now=True)
+    streams = [server.infer(_request("plain", value=float(i)), caller=caller)
                for i in range(6)]
     responses = await asyncio.gather(*streams)
     assert [_sum(r)[0] for r in responses] == [3.0 * i for i in range(6)]
@@ -204,51 +214,53 @@ async def test_without_dynamic_batching_a_loop_caller_runs_an_idle_instance(serv
     assert after.wakeups == before.wakeups + 5
 
 
-async def test_models_with_several_instances_keep_their_threads(server: Server):
+async def test_models_with_several_instances_keep_their_threads(
+        server: Server, caller: AttachedLoop):
     loaded = server._manager.get("pair")
     before = loaded._scheduler.statistics()
-    response = await server.infer(_request("pair"), consume_now=True)
+    response = await server.infer(_request("pair"), caller=caller)
     assert _sum(response) == [3.0] * 4
     assert loaded._scheduler.statistics().wakeups == before.wakeups + 1
 
 
-async def test_unload_after_loop_runs_finalizes_the_worker(server: Server):
-    response = await server.infer(_request(), consume_now=True)
+async def test_unload_after_loop_runs_finalizes_the_worker(server: Server, caller: AttachedLoop):
+    response = await server.infer(_request(), caller=caller)
     pid = int(response.outputs["PIDS"].to_numpy()[0][0])
     await asyncio.to_thread(server.unload, "loop")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
 
-def test_a_payload_whose_loop_closed_is_finished_by_the_unload(repo: RepositoryBuilder,
-                                                               tmp_path):  # noqa: ANN001
+def test_a_detached_loop_finishes_its_payload_before_it_closes(repo: RepositoryBuilder,
+                                                              tmp_path):  # noqa: ANN001
     gate = tmp_path / "gate"
-    # exit_timeout 0: the unload does not wait for the request (nobody would answer it
-    # before the instance is finalized), it aborts it at once.
     with Server(model_repository=repo.path, model_control_mode="explicit",
-                startup_models=("gated",), exit_timeout=0) as server:
+                startup_models=("gated",)) as server:
         instance = server._manager.get("gated").instances[0]
-        streams = []
+        streams: list[ResponseStream] = []
 
         async def start_and_leave() -> None:
-            # Marked long-lived, then closed anyway: the broken promise finalize covers.
-            mark_long_lived_loop(asyncio.get_running_loop())
+            attached = attach_loop(asyncio.get_running_loop())
             streams.append(server.infer(_request("gated", gate=str(gate)),
-                                        raise_on_error=False, consume_now=True))
+                                        raise_on_error=False, caller=attached))
+            assert not streams[0].done  # in flight, its answer to be read by this loop
+            gate.touch()
+            detach_loop(attached)  # as a frontend does before its loop closes
+            assert streams[0].done  # read and finished here, on the loop's thread
 
-        asyncio.run(start_and_leave())  # the loop is closed before the worker answers
-        assert not streams[0].done
-        gate.touch()
-        server.unload("gated")  # finalize reads the answer the closed loop never will
-        response = streams[0].result()
-        assert response is not None and "unloaded" in response.error.message
-        # Recorded (finished on the unloading thread), and the instance was released.
+        asyncio.run(start_and_leave())
+        assert _sum(streams[0].result()) == [3.0] * 4
+        # Recorded, and the instance released: its thread serves the next request.
         assert instance.execution_count == 1
         assert not instance.busy.locked()
+        ones = np.ones((1, 4), np.float32)
+        response = server.model("gated").infer(
+            {"INPUT0": ones * 2, "INPUT1": ones}, parameters={"gate": str(gate)}).result()
+        assert _sum(response) == [3.0] * 4
 
 
 async def test_a_failure_reading_the_answer_fails_the_payload_and_the_loop_goes_on(
-        server: Server, monkeypatch: pytest.MonkeyPatch):
+        server: Server, caller: AttachedLoop, monkeypatch: pytest.MonkeyPatch):
     from infercore.backends.python import isolated_worker
 
     deliver = isolated_worker.WorkerHandle._deliver
@@ -261,11 +273,11 @@ async def test_a_failure_reading_the_answer_fails_the_payload_and_the_loop_goes_
         return deliver(self, frame)
 
     monkeypatch.setattr(isolated_worker.WorkerHandle, "_deliver", broken_once)
-    response = await server.infer(_request(), raise_on_error=False, consume_now=True)
+    response = await server.infer(_request(), raise_on_error=False, caller=caller)
     assert isinstance(response.error, InternalError)
     assert "RuntimeError: boom" in response.error.message
     for _ in range(3):
-        assert _sum(await server.infer(_request(), consume_now=True)) == [3.0] * 4
+        assert _sum(await server.infer(_request(), caller=caller)) == [3.0] * 4
     instance = server._manager.get("loop").instances[0]
     assert not instance.busy.locked()
 
@@ -275,17 +287,16 @@ def test_two_event_loops_take_turns_on_one_instance(repo: RepositoryBuilder):
                 startup_models=("loop",)) as server:
         results: dict[int, list[float]] = {}
 
-        # Long-lived loops keep that promise: each stays open until both are done.
-        both_done = threading.Barrier(2)
-
         async def clients(offset: int) -> None:
-            mark_long_lived_loop(asyncio.get_running_loop())
-            await run_clients(offset)
-            await asyncio.to_thread(both_done.wait, 60)
+            attached = attach_loop(asyncio.get_running_loop())
+            try:
+                await run_clients(offset, attached)
+            finally:
+                detach_loop(attached)  # before asyncio.run closes it
 
-        async def run_clients(offset: int) -> None:
+        async def run_clients(offset: int, attached: AttachedLoop) -> None:
             for _ in range(10):
-                streams = [server.infer(_request(value=float(offset + i)), consume_now=True)
+                streams = [server.infer(_request(value=float(offset + i)), caller=attached)
                            for i in range(6)]
                 for i, response in enumerate(await asyncio.gather(*streams)):
                     results.setdefault(offset + i, []).append(_sum(response)[0])
@@ -304,7 +315,7 @@ def test_two_event_loops_take_turns_on_one_instance(repo: RepositoryBuilder):
         assert not instance.busy.locked()
 
 
-def test_a_loop_not_marked_long_lived_leaves_the_payload_to_the_instance_thread(
+def test_a_loop_that_is_not_attached_leaves_the_payload_to_the_instance_thread(
         repo: RepositoryBuilder):
     # asyncio.run in a caller's code may close with work in flight: never a chain there.
     with Server(model_repository=repo.path, model_control_mode="explicit",
@@ -312,7 +323,7 @@ def test_a_loop_not_marked_long_lived_leaves_the_payload_to_the_instance_thread(
         scheduler = server._manager.get("loop")._scheduler
 
         async def one() -> float:
-            response = await server.infer(_request(value=2.0), consume_now=True)
+            response = await server.infer(_request(value=2.0), caller=Caller.LOOP)
             return float(_sum(response)[0])
 
         before = scheduler.statistics()
@@ -330,14 +341,15 @@ def test_an_instance_thread_reads_answers_after_uvloop_watched_them(repo: Reposi
     with Server(model_repository=repo.path, model_control_mode="explicit",
                 startup_models=("loop",)) as server:
         loop = uvloop.new_event_loop()
-        mark_long_lived_loop(loop)
+        attached = attach_loop(loop)
 
         async def on_the_loop() -> list[float]:
-            return _sum(await server.infer(_request(), consume_now=True))
+            return _sum(await server.infer(_request(), caller=attached))
 
         try:
             assert loop.run_until_complete(on_the_loop()) == [3.0] * 4
         finally:
+            detach_loop(attached)
             loop.close()
         handle = server.model("loop")
         ones = np.ones((1, 4), np.float32)
@@ -368,9 +380,9 @@ def test_an_unload_waits_for_the_loop_to_stop_watching_before_closing_the_channe
                     startup_models=("gated",), exit_timeout=0) as server:
 
             async def start() -> ResponseStream:
-                mark_long_lived_loop(asyncio.get_running_loop())
+                attached = attach_loop(asyncio.get_running_loop())  # detached never: it
                 return server.infer(_request("gated", gate=str(gate)), raise_on_error=False,
-                                    consume_now=True)
+                                    caller=attached)  # outlives the server here
 
             stream = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
             assert not stream.done

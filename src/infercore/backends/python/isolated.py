@@ -28,11 +28,12 @@ that cannot start is not restarted in a loop.
 
 Threads: ``execute`` runs on the instance's backend thread or an inline caller, and
 ``execute_on_loop`` on an event loop (never two at once: the engine's ``busy`` lock), as
-does ``finalize``; the restart after a crash runs on the dead worker's event thread, and a
-payload whose worker died before reading it, sent from a loop, is retried on a thread of
-its own (``_execute_off_loop``), as ``execute`` would retry it. ``_lock`` guards the
-state, the current worker and the retired ones; ``_changed`` tells waiters that a restart
-ended.
+does ``finalize``; ``finish_from_loop`` runs on a loop's thread as the loop is detached;
+the restart after a crash runs on the dead worker's event thread. A payload sent from a
+loop whose worker died before reading it (or that finds no ready worker) is reported
+``unstarted``: the engine hands it back to the backend thread, whose ``execute`` waits
+for the replacement (dispatch.py). ``_lock`` guards the state, the current worker and the
+retired ones; ``_changed`` tells waiters that a restart ended.
 """
 
 from __future__ import annotations
@@ -241,7 +242,6 @@ class IsolatedInstance:
         self._crashes = 0
         self._restarts = 0
         self._last_failure = ""
-        self._closing = False  # set by finalize: event loops stop starting payloads here
 
     def start(self) -> None:
         worker = WorkerHandle(self._settings, self._on_death)
@@ -275,61 +275,32 @@ class IsolatedInstance:
 
     def loop_ready(self) -> bool:
         """Whether ``execute_on_loop`` may be used now: the worker is up (a restart, or a
-        failed instance, is handled on the backend thread, which may wait) and the
-        instance is not being finalized."""
-        return (self._state is InstanceState.READY and not self._settings.decoupled
-                and not self._closing)
+        failed instance, is handled on the backend thread, which may wait)."""
+        return self._state is InstanceState.READY and not self._settings.decoupled
 
     def execute_on_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
-                        done: Callable[[], None]) -> None:
+                        done: Callable[[], None], unstarted: Callable[[], None]) -> None:
         """``execute`` for an event loop caller (``loop``, the running one): sends the
         payload and returns; ``done`` is called on the loop once it is answered
-        (isolated_worker.py). Raises before anything was sent (the engine answers)."""
+        (isolated_worker.py), or ``unstarted`` when no ready worker read it. Raises before
+        anything was sent (the engine answers)."""
         self._release_retired()
         with self._lock:
             worker = self._worker if self._state is InstanceState.READY else None
         if worker is not None:
             try:
-                worker.execute_on_loop(payload, loop, done,
-                                       lambda: self._execute_off_loop(payload, loop, done))
+                worker.execute_on_loop(payload, loop, done, unstarted)
                 return
             except WorkerUnreachable:  # died just now: its requests are untouched
                 pass
-        self._execute_off_loop(payload, loop, done)
+        unstarted()
 
-    def rescue_from_closed_loop(self) -> None:
-        """Finish, on this thread, a payload whose event loop closed before reading its
-        answer (ModelInstance.finalize calls this before it waits for the instance)."""
-        self._closing = True  # no loop starts another payload here
+    def finish_from_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop`` is being detached: finish here a payload still in flight from it."""
         with self._lock:
             worker = self._worker
         if worker is not None:
-            worker.rescue_from_closed_loop()
-
-    def _execute_off_loop(self, payload: Payload, loop: asyncio.AbstractEventLoop,
-                          done: Callable[[], None]) -> None:
-        """The worker died (or is restarting) before it read the payload: ``execute`` it on
-        a thread of its own, which waits for the replacement as the backend thread would,
-        then ``done()`` on the loop. Rare (a crash under way), and the engine's
-        reservation stays held until ``done``, so finalize waits for this thread."""
-
-        def run() -> None:
-            try:
-                self.execute(payload)
-            except Exception as exc:  # noqa: BLE001 - as the engine answers a failed execute
-                error = InternalError(f"{type(exc).__name__}: {exc}")
-                for request in payload.requests:
-                    sender = request.sender
-                    if sender is not None and not sender.closed:
-                        sender.send_error(error)
-            finally:
-                try:
-                    loop.call_soon_threadsafe(done)
-                except RuntimeError:  # the loop is closed: finish here
-                    done()
-
-        threading.Thread(target=run, name=f"infercore-{self._settings.model_name}-"
-                         f"{self._name}-retry", daemon=True).start()
+            worker.finish_from_loop(loop)
 
     def _ready_worker(self) -> WorkerHandle | None:
         with self._lock:

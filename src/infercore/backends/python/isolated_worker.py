@@ -21,8 +21,9 @@ Threads:
     decoupled): the loop sends EXECUTE and returns; the answer socket is registered with
     the loop, whose callback reads the answers as they come, delivers them and calls the
     engine back at DONE, so the loop never waits on the worker. Until then the engine's
-    reservation keeps every other thread off the channel; if the loop closes first, the
-    unloading thread finishes the payload (``rescue_from_closed_loop``).
+    reservation keeps every other thread off the channel. A loop is detached before it
+    closes (dispatch.py): ``finish_from_loop``, on its thread, then reads the answer of a
+    payload still in flight from it and finishes it there.
   - the event thread (``infercore-<model>-<instance>-events``) reads the event channel: log
     records, decoupled models' responses as they come, BLS requests (started here, never
     waited on: isolated_bls.py) and custom metric operations (isolated_metrics.py). EOF
@@ -385,7 +386,7 @@ class WorkerHandle:
             owner = started[0]
             try:
                 owner.call_soon_threadsafe(self._watch_for, owner)
-            except RuntimeError:  # the owner closed: finalize rescues its payload
+            except RuntimeError:  # closed: it was detached, which finished its payload
                 pass
 
     def _watch_for(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -436,21 +437,24 @@ class WorkerHandle:
             with self._watch_lock:
                 self._unwatch_if_idle(watcher)
 
-    def rescue_from_closed_loop(self) -> None:
-        """A payload started from an event loop that has closed since (a frontend stopped
-        past its deadline) can never be read there: read its answer on this thread and
-        finish it, so the instance is released."""
-        started = self._on_loop
-        if started is None or not started[0].is_closed():
-            return
+    def finish_from_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop`` is being detached (on its thread, before it closes): read the answer of
+        the payload it started, if one is still in flight, on this thread and finish it
+        (``done``; ``unreachable`` if the worker died without reading it)."""
         with self._watch_lock:
+            started = self._on_loop
+            if started is None or started[0] is not loop:
+                return
             self._on_loop = None
-            self._watching = None  # the closed loop's registration went with it
-        _, exec_id, payload, entries, done, _ = started
+            if self._watching is loop:
+                self._watching = None
+                loop.remove_reader(self._answers.fileno())
+        _, exec_id, payload, entries, done, unreachable = started
         try:
             self._await_done(exec_id, payload, entries)
-        except WorkerUnreachable:  # it never read the payload: nobody will run it now
-            fail(entries, self._crash_error_text())
+        except WorkerUnreachable:  # it never read the payload: handed back for a retry
+            unreachable()
+            return
         done()
 
     def _await_done(self, exec_id: int, payload: Payload, entries: list[Inflight]) -> None:
