@@ -13,9 +13,11 @@ Fairness: instances waiting for resources are granted in order of a virtual time
 grows by the instance's priority (at least 1) at each grant, so an instance of priority 2
 gets half the chances of one of priority 1 when they compete.
 
-Threads: backend threads (and inline callers) acquire and release; loading threads
-register instances. ``_cond`` guards the free counts, the waiters and the virtual times.
-Per-instance state: waiting -> allocated -> released (-> waiting ...).
+Threads: dispatch.py, its only caller at execution time, acquires and releases on behalf
+of backend threads (blocking ``acquire``), callers running their own request and loops
+starting a chain (``try_acquire``, never waiting); loading threads register instances.
+``_cond`` guards the free counts, the waiters and the virtual times. Per-instance state:
+waiting -> allocated -> released (-> waiting ...).
 """
 
 from __future__ import annotations
