@@ -42,6 +42,7 @@ from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, tens
 
 if TYPE_CHECKING:
     from .handle import Model
+    from .server import Server
 
 __all__ = ["InferenceRequest", "ReleaseCallback"]
 
@@ -257,7 +258,8 @@ class InferenceRequest:
         self._memory_type = check_memory_type(value)
 
     # -- submission (through Model.infer) ----------------------------------------------
-    def _submit(self, model: Model, raise_on_error: bool) -> ResponseStream:
+    def _submit(self, server: Server, model: Model, raise_on_error: bool) -> ResponseStream:
+        """Start this request on ``server``, ``model``'s (Server._model_submit)."""
         if model != self._model:
             raise InvalidArgumentError(
                 f"request for model '{self.model_name}' version {self.model_version} was "
@@ -271,7 +273,6 @@ class InferenceRequest:
             self._in_flight = True
         delivery = _Delivery(self, sink, loop)
         try:
-            server = model._server
             loaded = server._resolve(model.name, model.version)
             request = InferRequest(
                 model.name, tensors_from_inputs(self._inputs, loaded.config),

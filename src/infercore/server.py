@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonclient.grpc import model_config_pb2
+
 from ._version import __version__
 from .cache import ResponseCache
 from .caller import Caller
@@ -26,11 +28,13 @@ from .dispatch import AttachedLoop, attach_loop, detach_loop
 from .errors import (
     InternalError,
     InvalidArgumentError,
+    NotFoundError,
     TritonError,
     UnavailableError,
     UnsupportedError,
 )
 from .handle import Model
+from .inference_request import InferenceRequest
 from .lifecycle import StartStop
 from .log_settings import LogLevel, LogSettings
 from .logs import LogSettingsManager, log_enabled, log_message
@@ -45,8 +49,10 @@ from .repository.overrides import FILE_PREFIX, split_load_parameters
 from .repository.poller import RepositoryPoller
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
+from .request_trace import Trace, bind_trace
 from .response import InferResponse, ResponseStream
 from .stats import ModelStatistics
+from .tensor import tensors_from_inputs
 from .tracing import Tracer
 
 if TYPE_CHECKING:
@@ -368,6 +374,94 @@ class Server(StartStop):
         if not self._started or self._stopped:
             raise UnavailableError("server is not running")
         return self._manager.get(name, version)
+
+    # -- the seam of Model handles (handle.ModelEngine) ------------------------------------
+    # In process nothing here blocks: the async twins answer at once.
+    def _model_infer(self, request: InferRequest, inputs: Mapping[str, Any], *,
+                     raise_on_error: bool, trace: Trace | None) -> ResponseStream:
+        loaded = self._resolve(request.model_name, request.model_version)
+        request.inputs = tensors_from_inputs(inputs, loaded.config)
+        if trace is not None:
+            bind_trace(request, trace)
+        # Through _infer_on, which hands a request that meets a reload's swap to the
+        # version serving now.
+        return self._infer_on(loaded, request, raise_on_error=raise_on_error)
+
+    def _model_submit(self, model: Model, request: InferenceRequest,
+                      raise_on_error: bool) -> ResponseStream:
+        if not isinstance(request, InferenceRequest):
+            raise InvalidArgumentError(
+                "inputs must map input names to values, or be an InferenceRequest; got "
+                f"{type(request).__name__}")
+        return request._submit(self, model, raise_on_error)
+
+    def _model_create_request(self, model: Model, fields: Mapping[str, Any]
+                              ) -> InferenceRequest:
+        return InferenceRequest(model, **fields)
+
+    def _model_decoupled(self, name: str, version: int) -> bool:
+        return self._resolve(name, version).context.decoupled
+
+    def _model_max_batch_size(self, name: str, version: int) -> int:
+        return int(self._resolve(name, version).config.max_batch_size)
+
+    def _model_ready(self, name: str, version: int) -> bool:
+        try:
+            loaded = self._resolve(name, version)
+        except TritonError:
+            return False
+        return loaded.serving  # False while every instance is down (on Ray, docs/ray.md)
+
+    async def _amodel_ready(self, name: str, version: int) -> bool:
+        return self._model_ready(name, version)
+
+    def _model_metadata(self, name: str, version: int) -> dict[str, Any]:
+        loaded = self._resolve(name, version)
+        # Triton lists every ready version, or only the one asked for.
+        versions = [loaded.version] if version >= 0 else self._manager.ready_versions(name)
+        return loaded.metadata(versions)
+
+    async def _amodel_metadata(self, name: str, version: int) -> dict[str, Any]:
+        return self._model_metadata(name, version)
+
+    def _model_config(self, name: str, version: int) -> dict[str, Any]:
+        from .config import model_config_to_json
+
+        return model_config_to_json(self._resolve(name, version).config)
+
+    async def _amodel_config(self, name: str, version: int) -> dict[str, Any]:
+        return self._model_config(name, version)
+
+    def _model_config_proto(self, name: str, version: int) -> model_config_pb2.ModelConfig:
+        copy = model_config_pb2.ModelConfig()
+        copy.CopyFrom(self._resolve(name, version).config)
+        return copy
+
+    async def _amodel_config_proto(self, name: str, version: int
+                                   ) -> model_config_pb2.ModelConfig:
+        return self._model_config_proto(name, version)
+
+    def _model_labels(self, name: str, version: int, output_name: str) -> list[str]:
+        return list(self._resolve(name, version).labels.get(output_name, []))
+
+    def _model_statistics(self, name: str, version: int) -> list[ModelStatistics]:
+        manager = self._manager
+        try:
+            if version >= 0:
+                return [self._resolve(name, version).stats.snapshot()]
+            versions = manager.ready_versions(name)
+            if not versions:
+                self._resolve(name, -1)  # raises: nothing is available
+            return [manager.get(name, v).stats.snapshot() for v in versions]
+        except (NotFoundError, UnavailableError):
+            if version >= 0 and manager.ready_versions(name):
+                raise InvalidArgumentError("requested model version is not available for "
+                                           f"model '{name}'") from None
+            raise InvalidArgumentError(
+                f"requested model '{name}' is not available") from None
+
+    async def _amodel_statistics(self, name: str, version: int) -> list[ModelStatistics]:
+        return self._model_statistics(name, version)
 
     # -- model control ---------------------------------------------------------------------
     def load(

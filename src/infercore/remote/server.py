@@ -28,6 +28,9 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
 from ..caller import Caller
 from ..errors import (
     CancelledError,
@@ -38,11 +41,13 @@ from ..errors import (
     UnavailableError,
     UnsupportedError,
 )
+from ..handle import Model
 from ..lifecycle import StartStop
 from ..repository.states import ModelIndexEntry, ModelState
 from ..request import InferRequest
 from ..response import InferResponse, ResponseStream
 from ..stats import ModelStatistics
+from ..tensor import Tensor
 from .convert import index_entry_from_json, statistics_from_json
 from .loop import LoopThread
 from .model import RemoteModel
@@ -453,6 +458,83 @@ class RemoteServer(StartStop):
             logger.exception("remote inference on model '%s' failed", request.model_name)
             sink.fail(InternalError(f"{type(exc).__name__}: {exc}"))
 
+    # -- the seam of Model handles (handle.ModelEngine) ------------------------------------
+    def _model_infer(self, request: InferRequest, inputs: Mapping[str, Any], *,
+                     raise_on_error: bool, trace: object | None) -> ResponseStream:
+        """Send at once, never blocking the caller: every error of the request, an unknown
+        model or invalid inputs included, arrives on the stream."""
+        if trace is not None:
+            raise UnsupportedError(
+                "per-request traces are in-process only; a remote server traces requests "
+                "through its own trace settings")
+        pending: dict[str, Any] = {}
+        for name, value in inputs.items():
+            if isinstance(value, Tensor):
+                request.inputs[name] = value
+            elif isinstance(value, np.ndarray):
+                request.inputs[name] = Tensor.from_numpy(value)
+            elif hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
+                request.inputs[name] = Tensor.from_dlpack(value)
+            else:
+                pending[name] = value  # lists and scalars take the configured datatype
+        return self._submit(request, raise_on_error, pending)
+
+    def _model_submit(self, model: Model, request: Any, raise_on_error: bool
+                      ) -> ResponseStream:
+        raise _in_process_only("request objects (InferenceRequest)")
+
+    def _model_create_request(self, model: Model, fields: Mapping[str, Any]) -> Any:
+        raise _in_process_only("request objects (InferenceRequest)")
+
+    def _model_labels(self, name: str, version: int, output_name: str) -> list[str]:
+        raise UnsupportedError("classification labels have no protocol counterpart: "
+                               "Model.labels() is in-process only")
+
+    def _model_decoupled(self, name: str, version: int) -> bool:
+        return self._model_info(name, version).decoupled
+
+    def _model_max_batch_size(self, name: str, version: int) -> int:
+        return self._model_info(name, version).max_batch_size
+
+    def _model_ready(self, name: str, version: int) -> bool:
+        try:
+            return self._call(lambda t: t.model_ready(name, version))
+        except TritonError:
+            return False
+
+    async def _amodel_ready(self, name: str, version: int) -> bool:
+        try:
+            return await self._acall(lambda t: t.model_ready(name, version))
+        except TritonError:
+            return False
+
+    def _model_metadata(self, name: str, version: int) -> dict[str, Any]:
+        return self._call(lambda t: t.model_metadata(name, version))
+
+    async def _amodel_metadata(self, name: str, version: int) -> dict[str, Any]:
+        return await self._acall(lambda t: t.model_metadata(name, version))
+
+    def _model_config(self, name: str, version: int) -> dict[str, Any]:
+        return self._call(lambda t: t.model_config(name, version))
+
+    async def _amodel_config(self, name: str, version: int) -> dict[str, Any]:
+        return await self._acall(lambda t: t.model_config(name, version))
+
+    def _model_config_proto(self, name: str, version: int) -> model_config_pb2.ModelConfig:
+        return self._call(lambda t: t.model_config_proto(name, version))
+
+    async def _amodel_config_proto(self, name: str, version: int
+                                   ) -> model_config_pb2.ModelConfig:
+        return await self._acall(lambda t: t.model_config_proto(name, version))
+
+    def _model_statistics(self, name: str, version: int) -> list[ModelStatistics]:
+        rows = self._call(lambda t: t.statistics(name, version))
+        return [statistics_from_json(row) for row in rows]
+
+    async def _amodel_statistics(self, name: str, version: int) -> list[ModelStatistics]:
+        rows = await self._acall(lambda t: t.statistics(name, version))
+        return [statistics_from_json(row) for row in rows]
+
     # -- model facts (loop thread) -----------------------------------------------------------
     def _model_info(self, name: str, version: int) -> ModelInfo:
         return self._call(lambda t: self._info(name, version))
@@ -487,6 +569,11 @@ def _cancel_call(call: _Call) -> None:
     if call.task is not None:
         call.task.cancel()
     # not started yet: _start_call sees the request's cancel flag
+
+
+def _in_process_only(what: str) -> UnsupportedError:
+    return UnsupportedError(f"{what} are in-process only; a RemoteServer takes inputs "
+                            "as Model.infer(inputs=...) does")
 
 
 def _cancelled(request: InferRequest) -> CancelledError:
