@@ -42,7 +42,7 @@ from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, tens
 
 if TYPE_CHECKING:
     from .handle import Model
-    from .server import Server
+    from .server_handles import HandleEngine
 
 __all__ = ["InferenceRequest", "ReleaseCallback"]
 
@@ -258,7 +258,8 @@ class InferenceRequest:
         self._memory_type = check_memory_type(value)
 
     # -- submission (through Model.infer) ----------------------------------------------
-    def _submit(self, server: Server, model: Model, raise_on_error: bool) -> ResponseStream:
+    def _submit(self, server: HandleEngine, model: Model, raise_on_error: bool
+                ) -> ResponseStream:
         """Start this request on ``server``, ``model``'s (Server._model_submit)."""
         if model != self._model:
             raise InvalidArgumentError(

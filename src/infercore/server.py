@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonclient.grpc import model_config_pb2
-
 from ._version import __version__
 from .cache import ResponseCache
 from .caller import Caller
@@ -28,13 +26,11 @@ from .dispatch import AttachedLoop, attach_loop, detach_loop
 from .errors import (
     InternalError,
     InvalidArgumentError,
-    NotFoundError,
     TritonError,
     UnavailableError,
     UnsupportedError,
 )
 from .handle import Model
-from .inference_request import InferenceRequest
 from .lifecycle import StartStop
 from .log_settings import LogLevel, LogSettings
 from .logs import LogSettingsManager, log_enabled, log_message
@@ -49,10 +45,9 @@ from .repository.overrides import FILE_PREFIX, split_load_parameters
 from .repository.poller import RepositoryPoller
 from .repository.states import ModelIndexEntry, ModelState
 from .request import InferRequest
-from .request_trace import Trace, bind_trace
 from .response import InferResponse, ResponseStream
+from .server_handles import HandleEngine
 from .stats import ModelStatistics
-from .tensor import tensors_from_inputs
 from .tracing import Tracer
 
 if TYPE_CHECKING:
@@ -94,7 +89,7 @@ class _ServerControl:
         return self._server.model(name, version).ready()
 
 
-class Server(StartStop):
+class Server(HandleEngine, StartStop):
     """An inference server running in this process.
 
     ``Server(Options(model_repository=...))`` or ``Server(model_repository=...)``; then
@@ -271,6 +266,9 @@ class Server(StartStop):
     def live(self) -> bool:
         return self._started and not self._stopped
 
+    async def alive(self) -> bool:
+        return self.live()
+
     def ready(self) -> bool:
         """Live with the startup loads done, and (strict readiness) every model READY."""
         if not self.live() or not self._startup_done:
@@ -284,12 +282,18 @@ class Server(StartStop):
                    if not entry.reason.startswith("unloaded")) and all(
             model.serving for model in self._manager.loaded())  # (docs/ray.md: readiness)
 
+    async def aready(self) -> bool:
+        return self.ready()
+
     def metadata(self) -> dict[str, Any]:
         return {
             "name": self.options.server_id,
             "version": __version__,
             "extensions": list(_EXTENSIONS),
         }
+
+    async def ametadata(self) -> dict[str, Any]:
+        return self.metadata()
 
     def model(self, name: str, version: int = -1) -> Model:
         """A handle on a model; ``version`` -1 means the latest ready version."""
@@ -305,9 +309,16 @@ class Server(StartStop):
             found[(entry.name, version)] = Model(self, entry.name, version)
         return found
 
+    async def amodels(self, exclude_not_ready: bool = False
+                      ) -> dict[tuple[str, int], Model]:
+        return self.models(exclude_not_ready)
+
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         """Every model and version found, with its state and the reason for that state."""
         return self._manager.index(ready_only=ready_only)
+
+    async def arepository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
+        return self.repository_index(ready_only)
 
     # -- inference -------------------------------------------------------------------------
     def infer(
@@ -375,94 +386,6 @@ class Server(StartStop):
             raise UnavailableError("server is not running")
         return self._manager.get(name, version)
 
-    # -- the seam of Model handles (handle.ModelEngine) ------------------------------------
-    # In process nothing here blocks: the async twins answer at once.
-    def _model_infer(self, request: InferRequest, inputs: Mapping[str, Any], *,
-                     raise_on_error: bool, trace: Trace | None) -> ResponseStream:
-        loaded = self._resolve(request.model_name, request.model_version)
-        request.inputs = tensors_from_inputs(inputs, loaded.config)
-        if trace is not None:
-            bind_trace(request, trace)
-        # Through _infer_on, which hands a request that meets a reload's swap to the
-        # version serving now.
-        return self._infer_on(loaded, request, raise_on_error=raise_on_error)
-
-    def _model_submit(self, model: Model, request: InferenceRequest,
-                      raise_on_error: bool) -> ResponseStream:
-        if not isinstance(request, InferenceRequest):
-            raise InvalidArgumentError(
-                "inputs must map input names to values, or be an InferenceRequest; got "
-                f"{type(request).__name__}")
-        return request._submit(self, model, raise_on_error)
-
-    def _model_create_request(self, model: Model, fields: Mapping[str, Any]
-                              ) -> InferenceRequest:
-        return InferenceRequest(model, **fields)
-
-    def _model_decoupled(self, name: str, version: int) -> bool:
-        return self._resolve(name, version).context.decoupled
-
-    def _model_max_batch_size(self, name: str, version: int) -> int:
-        return int(self._resolve(name, version).config.max_batch_size)
-
-    def _model_ready(self, name: str, version: int) -> bool:
-        try:
-            loaded = self._resolve(name, version)
-        except TritonError:
-            return False
-        return loaded.serving  # False while every instance is down (on Ray, docs/ray.md)
-
-    async def _amodel_ready(self, name: str, version: int) -> bool:
-        return self._model_ready(name, version)
-
-    def _model_metadata(self, name: str, version: int) -> dict[str, Any]:
-        loaded = self._resolve(name, version)
-        # Triton lists every ready version, or only the one asked for.
-        versions = [loaded.version] if version >= 0 else self._manager.ready_versions(name)
-        return loaded.metadata(versions)
-
-    async def _amodel_metadata(self, name: str, version: int) -> dict[str, Any]:
-        return self._model_metadata(name, version)
-
-    def _model_config(self, name: str, version: int) -> dict[str, Any]:
-        from .config import model_config_to_json
-
-        return model_config_to_json(self._resolve(name, version).config)
-
-    async def _amodel_config(self, name: str, version: int) -> dict[str, Any]:
-        return self._model_config(name, version)
-
-    def _model_config_proto(self, name: str, version: int) -> model_config_pb2.ModelConfig:
-        copy = model_config_pb2.ModelConfig()
-        copy.CopyFrom(self._resolve(name, version).config)
-        return copy
-
-    async def _amodel_config_proto(self, name: str, version: int
-                                   ) -> model_config_pb2.ModelConfig:
-        return self._model_config_proto(name, version)
-
-    def _model_labels(self, name: str, version: int, output_name: str) -> list[str]:
-        return list(self._resolve(name, version).labels.get(output_name, []))
-
-    def _model_statistics(self, name: str, version: int) -> list[ModelStatistics]:
-        manager = self._manager
-        try:
-            if version >= 0:
-                return [self._resolve(name, version).stats.snapshot()]
-            versions = manager.ready_versions(name)
-            if not versions:
-                self._resolve(name, -1)  # raises: nothing is available
-            return [manager.get(name, v).stats.snapshot() for v in versions]
-        except (NotFoundError, UnavailableError):
-            if version >= 0 and manager.ready_versions(name):
-                raise InvalidArgumentError("requested model version is not available for "
-                                           f"model '{name}'") from None
-            raise InvalidArgumentError(
-                f"requested model '{name}' is not available") from None
-
-    async def _amodel_statistics(self, name: str, version: int) -> list[ModelStatistics]:
-        return self._model_statistics(name, version)
-
     # -- model control ---------------------------------------------------------------------
     def load(
         self,
@@ -513,6 +436,18 @@ class Server(StartStop):
         self._manager.load(name, override, files or None)
         return Model(self, name)
 
+    async def aload(
+        self,
+        name: str,
+        config: str | Mapping[str, Any] | None = None,
+        files: Mapping[str, bytes] | None = None,
+        *,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> Model:
+        """``load`` on a worker thread: loading blocks (a model's initialize may take
+        minutes)."""
+        return await asyncio.to_thread(self.load, name, config, files, parameters=parameters)
+
     def unload(self, name: str, *, unload_dependents: bool = False) -> None:
         """Unload a model once its in-flight requests finish (up to ``exit_timeout``).
 
@@ -524,6 +459,10 @@ class Server(StartStop):
         self._require_explicit()
         self._manager.unload(name, timeout=self._exit_timeout,
                              unload_dependents=unload_dependents)
+
+    async def aunload(self, name: str, *, unload_dependents: bool = False) -> None:
+        """``unload`` on a worker thread: it waits for in-flight requests."""
+        await asyncio.to_thread(self.unload, name, unload_dependents=unload_dependents)
 
     def register_model_repository(self, repository_path: str | Path,
                                   name_mapping: Mapping[str, str] | None = None) -> None:
@@ -573,14 +512,24 @@ class Server(StartStop):
         snapshots = [model.stats.snapshot() for model in self._manager.loaded()]
         return sorted(snapshots, key=lambda s: (s.name, s.version))
 
+    async def astatistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]:
+        return self.statistics(name, version)
+
     # -- settings ----------------------------------------------------------------------------
     def log_settings(self) -> dict[str, Any]:
         """Triton's logging settings (log_file, log_info, ..., log_format)."""
         return self._logs.settings.to_dict()
 
+    async def alog_settings(self) -> dict[str, Any]:
+        return self.log_settings()
+
     def update_log_settings(self, **changes: Any) -> dict[str, Any]:
         """Change logging at runtime with Triton's setting names; returns the new settings."""
         return self._logs.update(changes).to_dict()
+
+    async def aupdate_log_settings(self, **changes: Any) -> dict[str, Any]:
+        # at once: a new log file is opened, nothing waits
+        return self.update_log_settings(**changes)
 
     def log(self, level: LogLevel | str, message: str) -> None:
         """Write ``message`` to the server log at ``level`` (LogLevel or its name) when
@@ -596,12 +545,18 @@ class Server(StartStop):
         """Trace settings in force for ``model`` (global ones for "")."""
         return self._tracer.settings(model)
 
+    async def atrace_settings(self, model: str = "") -> dict[str, Any]:
+        return self.trace_settings(model)
+
     def update_trace_settings(self, model: str = "", **changes: Any) -> dict[str, Any]:
         """Change trace settings, globally or for one model (None clears an override).
 
         New settings start new sampling counters; traces already running finish under
         the settings they started with."""
         return self._tracer.update(changes, model)
+
+    async def aupdate_trace_settings(self, model: str = "", **changes: Any) -> dict[str, Any]:
+        return self.update_trace_settings(model, **changes)
 
     # -- metrics -----------------------------------------------------------------------------
     def metrics(self, metric_format: str = "prometheus") -> str:

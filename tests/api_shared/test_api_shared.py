@@ -19,6 +19,7 @@ from infercore import (
     InferResponse,
     InternalError,
     InvalidArgumentError,
+    Model,
     ModelState,
     ModelStatistics,
     NotFoundError,
@@ -385,3 +386,104 @@ def test_the_server_keeps_serving_after_errors(api) -> None:
         with pytest.raises(TritonError):
             api.model("add_sub").infer(inputs={"INPUT0": A}).result()
     np.testing.assert_array_equal(add_sub(api).outputs["OUTPUT0"].to_numpy(), A + B)
+
+
+# -- async twins (lifecycle.ServerAPI) ---------------------------------------------------------
+
+async def test_async_twins_answer_as_the_blocking_calls(api) -> None:
+    assert await api.alive() is True
+    assert await api.aready() is True
+    assert await api.ametadata() == api.metadata()
+    handles = await api.amodels()
+    assert handles[("add_sub", 1)] == api.models()[("add_sub", 1)]
+    assert isinstance(handles[("add_sub", 1)], Model)
+    assert ([e.name for e in await api.arepository_index(ready_only=True)]
+            == [e.name for e in api.repository_index(ready_only=True)])
+    stats = await api.astatistics("add_sub")
+    assert isinstance(stats[0], ModelStatistics) and stats[0].name == "add_sub"
+    assert [(s.name, s.version) for s in await api.astatistics()] == [
+        (s.name, s.version) for s in api.statistics()]
+    model = api.model("add_sub")
+    assert await model.aready() is True
+    assert await api.model("add_sub", 7).aready() is False
+    assert await model.ametadata() == model.metadata()
+    assert await model.aconfig() == model.config()
+    assert (await model.aconfig_proto()).max_batch_size == 8
+    assert (await model.astatistics())[0].version == 1
+    with pytest.raises(InvalidArgumentError, match="no_such_model"):
+        await api.model("no_such_model").astatistics()
+
+
+async def test_async_unload_and_load(api) -> None:
+    try:
+        await api.aunload("spare")
+        assert await api.model("spare").aready() is False
+        loaded = await api.aload("spare")
+        assert isinstance(loaded, Model) and loaded == api.model("spare")
+        assert await loaded.aready() is True
+        response = await loaded.async_infer(inputs={"INPUT0": A, "INPUT1": B})
+        np.testing.assert_array_equal(response.outputs["OUTPUT0"].to_numpy(), A + B)
+        with pytest.raises(TritonError, match="no_such_model"):
+            await api.aload("no_such_model")
+    finally:
+        api.load("spare")
+
+
+# -- log and trace settings (Triton's logging and trace extensions) --------------------------
+
+LOG_KEYS = {"log_file", "log_info", "log_warning", "log_error", "log_verbose_level",
+            "log_format"}
+
+
+async def test_log_settings_are_read_and_changed(api) -> None:
+    before = api.log_settings()
+    assert LOG_KEYS <= set(before)
+    assert isinstance(before["log_info"], bool)
+    assert isinstance(before["log_verbose_level"], int)
+    assert await api.alog_settings() == before
+    try:
+        changed = api.update_log_settings(log_verbose_level=1, log_warning=False)
+        assert (changed["log_verbose_level"], changed["log_warning"]) == (1, False)
+        assert api.log_settings() == changed
+        again = await api.aupdate_log_settings(log_verbose_level=2)
+        assert again["log_verbose_level"] == 2 and again["log_warning"] is False
+    finally:
+        api.update_log_settings(log_verbose_level=before["log_verbose_level"],
+                                log_warning=before["log_warning"])
+    assert api.log_settings() == before
+
+
+def test_a_bad_log_setting_raises_and_changes_nothing_after_it(api) -> None:
+    before = api.log_settings()
+    with pytest.raises(TritonError):
+        api.update_log_settings(log_format="no_such_format")
+    assert api.log_settings()["log_format"] == before["log_format"]
+    assert add_sub(api).error is None
+
+
+async def test_trace_settings_are_read_and_changed_per_model(api) -> None:
+    settings = api.trace_settings()
+    assert {"trace_level", "trace_rate", "trace_count", "log_frequency"} <= set(settings)
+    assert isinstance(settings["trace_level"], list)
+    assert isinstance(settings["trace_rate"], str)
+    assert await api.atrace_settings() == settings
+    try:
+        # numbers as the in-process API takes them; a string as the protocols carry them
+        own = api.update_trace_settings("add_sub", trace_rate=7, log_frequency="3")
+        assert (own["trace_rate"], own["log_frequency"]) == ("7", "3")
+        assert api.trace_settings("add_sub")["trace_rate"] == "7"
+        assert (await api.atrace_settings("add_sub"))["log_frequency"] == "3"
+        assert api.trace_settings()["trace_rate"] == settings["trace_rate"]  # global kept
+        cleared = await api.aupdate_trace_settings("add_sub", trace_rate=None)
+        assert cleared["trace_rate"] == settings["trace_rate"]  # back to the global one
+        assert cleared["log_frequency"] == "3"
+    finally:
+        api.update_trace_settings("add_sub", trace_rate=None, log_frequency=None)
+    assert api.trace_settings("add_sub")["log_frequency"] == settings["log_frequency"]
+
+
+def test_a_bad_trace_setting_raises_invalid_argument(api) -> None:
+    with pytest.raises(InvalidArgumentError):
+        api.update_trace_settings("add_sub", trace_rate="not_a_number")
+    assert api.trace_settings("add_sub")["trace_rate"] == api.trace_settings()["trace_rate"]
+    assert add_sub(api).error is None

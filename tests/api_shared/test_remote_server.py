@@ -20,8 +20,6 @@ from infercore import (
     InferResponse,
     InternalError,
     InvalidArgumentError,
-    ModelStatistics,
-    RemoteModel,
     RemoteServer,
     Tensor,
     UnavailableError,
@@ -203,26 +201,7 @@ def test_a_result_timeout_leaves_the_request_running(remote: RemoteServer) -> No
         stream.result()
 
 
-# -- async twins ------------------------------------------------------------------------------
-
-async def test_async_twins_answer_as_the_blocking_calls(remote: RemoteServer) -> None:
-    assert await remote.alive() is True
-    assert await remote.aready() is True
-    assert (await remote.ametadata())["name"] == "triton"
-    assert ("add_sub", 1) in await remote.amodels()
-    assert any(e.name == "add_sub" for e in await remote.arepository_index(ready_only=True))
-    stats = await remote.astatistics("add_sub")
-    assert isinstance(stats[0], ModelStatistics) and stats[0].name == "add_sub"
-    model = remote.model("add_sub")
-    assert await model.aready() is True
-    assert (await model.ametadata())["name"] == "add_sub"
-    assert (await model.aconfig())["max_batch_size"] == 8
-    assert (await model.astatistics())[0].version == 1
-    await remote.aunload("spare")
-    assert await remote.model("spare").aready() is False
-    loaded = await remote.aload("spare")
-    assert isinstance(loaded, RemoteModel) and await loaded.aready() is True
-
+# -- async context ---------------------------------------------------------------------------
 
 async def test_an_async_context_starts_and_stops(serve: ServeProcess) -> None:
     async with RemoteServer(serve.grpc_url, "grpc") as server:

@@ -134,6 +134,33 @@ class GrpcTransport:
         request.parameters["unload_dependents"].bool_param = unload_dependents
         await self._unary(self._stub.RepositoryModelUnload, request)
 
+    # -- log and trace settings ------------------------------------------------------------
+    async def log_settings(self, changes: Mapping[str, bool | int | str]) -> dict[str, Any]:
+        request = service_pb2.LogSettingsRequest()
+        for key, value in changes.items():
+            setting = request.settings[key]
+            if isinstance(value, bool):
+                setting.bool_param = value
+            elif isinstance(value, int):
+                setting.uint32_param = value
+            else:
+                setting.string_param = value
+        reply = await self._unary(self._stub.LogSettings, request)
+        return {key: getattr(value, value.WhichOneof("parameter_choice"))
+                for key, value in reply.settings.items()
+                if value.WhichOneof("parameter_choice") is not None}
+
+    async def trace_settings(self, model: str, changes: Mapping[str, list[str] | None]
+                             ) -> dict[str, Any]:
+        request = service_pb2.TraceSettingRequest(model_name=model)
+        for key, values in changes.items():
+            request.settings[key].value.extend(values or ())  # no values: clear it
+        reply = await self._unary(self._stub.TraceSetting, request)
+        # As the HTTP form: trace_level a list, each other setting its one (last) value
+        return {key: list(value.value) if key == "trace_level"
+                else (value.value[-1] if value.value else "")
+                for key, value in reply.settings.items()}
+
     # -- inference -------------------------------------------------------------------------
     async def infer(self, request: InferRequest, info: ModelInfo, sink: ResponseSink) -> None:
         message = encode_request(request)

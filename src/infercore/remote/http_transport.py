@@ -153,6 +153,24 @@ class HttpTransport:
         await self._json("POST", f"{self._base}/v2/repository/models/{quote(name, safe='')}"
                          "/unload", {"parameters": {"unload_dependents": unload_dependents}})
 
+    # -- log and trace settings ------------------------------------------------------------
+    async def log_settings(self, changes: Mapping[str, bool | int | str]) -> dict[str, Any]:
+        url = self._base + "/v2/logging"
+        if not changes:
+            return dict(await self._json("GET", url))
+        return dict(await self._json("POST", url, dict(changes)))
+
+    async def trace_settings(self, model: str, changes: Mapping[str, list[str] | None]
+                             ) -> dict[str, Any]:
+        url = (self._url(model, -1, "/trace/setting") if model
+               else self._base + "/v2/trace/setting")
+        if not changes:
+            return dict(await self._json("GET", url))
+        # Triton's JSON: a list for trace_level, one string for the others, null to clear
+        document = {key: values if values is None or key == "trace_level" else values[-1]
+                    for key, values in changes.items()}
+        return dict(await self._json("POST", url, document))
+
     # -- inference -------------------------------------------------------------------------
     async def infer(self, request: InferRequest, info: ModelInfo, sink: ResponseSink) -> None:
         if info.decoupled:

@@ -28,9 +28,6 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-import numpy as np
-from tritonclient.grpc import model_config_pb2
-
 from ..caller import Caller
 from ..errors import (
     CancelledError,
@@ -41,14 +38,13 @@ from ..errors import (
     UnavailableError,
     UnsupportedError,
 )
-from ..handle import Model
 from ..lifecycle import StartStop
 from ..repository.states import ModelIndexEntry, ModelState
 from ..request import InferRequest
 from ..response import InferResponse, ResponseStream
 from ..stats import ModelStatistics
-from ..tensor import Tensor
 from .convert import index_entry_from_json, statistics_from_json
+from .handles import RemoteHandleEngine
 from .loop import LoopThread
 from .model import RemoteModel
 from .transport import ResponseSink, Transport
@@ -81,7 +77,7 @@ class _Call:
         self.task: asyncio.Task[None] | None = None
 
 
-class RemoteServer(StartStop):
+class RemoteServer(RemoteHandleEngine, StartStop):
     """A remote inference server with the in-process ``Server``'s API.
 
     ``url`` is ``host:port``, optionally with a scheme (``http://``, ``https://``,
@@ -379,6 +375,41 @@ class RemoteServer(StartStop):
         finally:
             self._infos.clear()
 
+    # -- log and trace settings (Triton's logging and trace extensions) ----------------------
+    def log_settings(self) -> dict[str, Any]:
+        """The server's logging settings (log_file, log_info, ..., log_format)."""
+        return self._call(lambda t: t.log_settings({}))
+
+    async def alog_settings(self) -> dict[str, Any]:
+        return await self._acall(lambda t: t.log_settings({}))
+
+    def update_log_settings(self, **changes: Any) -> dict[str, Any]:
+        """Change the server's logging with Triton's setting names; the new settings.
+        A server refuses ``log_file`` over the network (UnsupportedError)."""
+        checked = _log_changes(changes)
+        return self._call(lambda t: t.log_settings(checked))
+
+    async def aupdate_log_settings(self, **changes: Any) -> dict[str, Any]:
+        checked = _log_changes(changes)
+        return await self._acall(lambda t: t.log_settings(checked))
+
+    def trace_settings(self, model: str = "") -> dict[str, Any]:
+        """Trace settings in force for ``model`` (global ones for "")."""
+        return self._call(lambda t: t.trace_settings(model, {}))
+
+    async def atrace_settings(self, model: str = "") -> dict[str, Any]:
+        return await self._acall(lambda t: t.trace_settings(model, {}))
+
+    def update_trace_settings(self, model: str = "", **changes: Any) -> dict[str, Any]:
+        """Change trace settings, globally or for one model (None clears an override);
+        the settings in force after. A server refuses ``trace_file`` over the network."""
+        checked = _trace_changes(changes)
+        return self._call(lambda t: t.trace_settings(model, checked))
+
+    async def aupdate_trace_settings(self, model: str = "", **changes: Any) -> dict[str, Any]:
+        checked = _trace_changes(changes)
+        return await self._acall(lambda t: t.trace_settings(model, checked))
+
     # -- inference -------------------------------------------------------------------------
     def infer(
         self,
@@ -458,83 +489,6 @@ class RemoteServer(StartStop):
             logger.exception("remote inference on model '%s' failed", request.model_name)
             sink.fail(InternalError(f"{type(exc).__name__}: {exc}"))
 
-    # -- the seam of Model handles (handle.ModelEngine) ------------------------------------
-    def _model_infer(self, request: InferRequest, inputs: Mapping[str, Any], *,
-                     raise_on_error: bool, trace: object | None) -> ResponseStream:
-        """Send at once, never blocking the caller: every error of the request, an unknown
-        model or invalid inputs included, arrives on the stream."""
-        if trace is not None:
-            raise UnsupportedError(
-                "per-request traces are in-process only; a remote server traces requests "
-                "through its own trace settings")
-        pending: dict[str, Any] = {}
-        for name, value in inputs.items():
-            if isinstance(value, Tensor):
-                request.inputs[name] = value
-            elif isinstance(value, np.ndarray):
-                request.inputs[name] = Tensor.from_numpy(value)
-            elif hasattr(value, "__dlpack__") and not isinstance(value, (list, tuple)):
-                request.inputs[name] = Tensor.from_dlpack(value)
-            else:
-                pending[name] = value  # lists and scalars take the configured datatype
-        return self._submit(request, raise_on_error, pending)
-
-    def _model_submit(self, model: Model, request: Any, raise_on_error: bool
-                      ) -> ResponseStream:
-        raise _in_process_only("request objects (InferenceRequest)")
-
-    def _model_create_request(self, model: Model, fields: Mapping[str, Any]) -> Any:
-        raise _in_process_only("request objects (InferenceRequest)")
-
-    def _model_labels(self, name: str, version: int, output_name: str) -> list[str]:
-        raise UnsupportedError("classification labels have no protocol counterpart: "
-                               "Model.labels() is in-process only")
-
-    def _model_decoupled(self, name: str, version: int) -> bool:
-        return self._model_info(name, version).decoupled
-
-    def _model_max_batch_size(self, name: str, version: int) -> int:
-        return self._model_info(name, version).max_batch_size
-
-    def _model_ready(self, name: str, version: int) -> bool:
-        try:
-            return self._call(lambda t: t.model_ready(name, version))
-        except TritonError:
-            return False
-
-    async def _amodel_ready(self, name: str, version: int) -> bool:
-        try:
-            return await self._acall(lambda t: t.model_ready(name, version))
-        except TritonError:
-            return False
-
-    def _model_metadata(self, name: str, version: int) -> dict[str, Any]:
-        return self._call(lambda t: t.model_metadata(name, version))
-
-    async def _amodel_metadata(self, name: str, version: int) -> dict[str, Any]:
-        return await self._acall(lambda t: t.model_metadata(name, version))
-
-    def _model_config(self, name: str, version: int) -> dict[str, Any]:
-        return self._call(lambda t: t.model_config(name, version))
-
-    async def _amodel_config(self, name: str, version: int) -> dict[str, Any]:
-        return await self._acall(lambda t: t.model_config(name, version))
-
-    def _model_config_proto(self, name: str, version: int) -> model_config_pb2.ModelConfig:
-        return self._call(lambda t: t.model_config_proto(name, version))
-
-    async def _amodel_config_proto(self, name: str, version: int
-                                   ) -> model_config_pb2.ModelConfig:
-        return await self._acall(lambda t: t.model_config_proto(name, version))
-
-    def _model_statistics(self, name: str, version: int) -> list[ModelStatistics]:
-        rows = self._call(lambda t: t.statistics(name, version))
-        return [statistics_from_json(row) for row in rows]
-
-    async def _amodel_statistics(self, name: str, version: int) -> list[ModelStatistics]:
-        rows = await self._acall(lambda t: t.statistics(name, version))
-        return [statistics_from_json(row) for row in rows]
-
     # -- model facts (loop thread) -----------------------------------------------------------
     def _model_info(self, name: str, version: int) -> ModelInfo:
         return self._call(lambda t: self._info(name, version))
@@ -571,11 +525,6 @@ def _cancel_call(call: _Call) -> None:
     # not started yet: _start_call sees the request's cancel flag
 
 
-def _in_process_only(what: str) -> UnsupportedError:
-    return UnsupportedError(f"{what} are in-process only; a RemoteServer takes inputs "
-                            "as Model.infer(inputs=...) does")
-
-
 def _cancelled(request: InferRequest) -> CancelledError:
     return CancelledError(f"request for model '{request.model_name}' was cancelled")
 
@@ -595,6 +544,34 @@ def _split_url(url: str) -> tuple[str, str | None, bool]:
         raise InvalidArgumentError(
             f"invalid url '{url}': the scheme must be http, https, grpc or grpcs") from None
     return address.rstrip("/"), protocol, tls
+
+
+def _log_changes(changes: Mapping[str, Any]) -> dict[str, bool | int | str]:
+    """Log setting changes as the protocol carries them: booleans, numbers, strings."""
+    for key, value in changes.items():
+        if not isinstance(value, (bool, int, str)):
+            raise InvalidArgumentError(
+                f"log setting '{key}' must be a boolean, a number or a string, got "
+                f"{type(value).__name__}")
+    return dict(changes)
+
+
+def _trace_changes(changes: Mapping[str, Any]) -> dict[str, list[str] | None]:
+    """Trace setting changes as the protocol carries them: strings (numbers as the
+    in-process API takes them, written out), a list for trace_level, None to clear."""
+    checked: dict[str, list[str] | None] = {}
+    for key, value in changes.items():
+        if value is None:
+            checked[key] = None
+        elif isinstance(value, (list, tuple)):
+            checked[key] = [str(item) for item in value]
+        elif isinstance(value, (int, str)) and not isinstance(value, bool):
+            checked[key] = [str(value)]
+        else:
+            raise InvalidArgumentError(
+                f"trace setting '{key}' must be a string, a number or a list of strings, "
+                f"got {type(value).__name__}")
+    return checked
 
 
 def _load_arguments(name: str, config: str | Mapping[str, Any] | None,

@@ -90,6 +90,18 @@ class Transport(Protocol):
         """Triton's ``model_stats`` entries."""
         ...
 
+    async def log_settings(self, changes: Mapping[str, bool | int | str]) -> dict[str, Any]:
+        """Apply ``changes`` (none: only read), as Triton's logging extension; the
+        settings in force after them."""
+        ...
+
+    async def trace_settings(self, model: str, changes: Mapping[str, list[str] | None]
+                             ) -> dict[str, Any]:
+        """Apply ``changes`` (each setting's values; None clears it) to ``model``'s trace
+        settings ("" the global ones), as Triton's trace extension; the settings in force
+        after them, each a string (``trace_level`` a list of them)."""
+        ...
+
     async def infer(self, request: InferRequest, info: ModelInfo, sink: ResponseSink) -> None:
         """Send ``request``, deliver its responses to ``sink`` and end it; raise TritonError
         for a request that fails as a whole. Cancelling the task cancels the call."""
