@@ -20,6 +20,7 @@ from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from .caller import Caller
     from .handle import Model
     from .repository.states import ModelIndexEntry
     from .request import InferRequest
@@ -81,6 +82,9 @@ SERVER_ONLY: Mapping[str, str] = MappingProxyType({
     "serve_http": "puts this process's engine on the network",
     "serve_grpc": "as serve_http",
     "serve_metrics": "as serve_http",
+    "attach_loop": "a frontend's event loop in this process, on which the engine may start "
+                   "payloads (dispatch.py); nothing to attach across a network",
+    "detach_loop": "as attach_loop",
 })
 
 # Public names of RemoteServer that Server lacks: name -> why.
@@ -153,7 +157,7 @@ class ServerAPI(Protocol):
     # -- inference -----------------------------------------------------------------------------
     def infer(self, request: InferRequest, *, raise_on_error: bool = True,
               callback: Callable[[InferResponse | None, bool], None] | None = None,
-              consume_now: bool = False) -> ResponseStream: ...
+              caller: Caller | None = None) -> ResponseStream: ...
 
     # -- log and trace settings (Triton's logging and trace extensions) ----------------------
     def log_settings(self) -> dict[str, Any]: ...

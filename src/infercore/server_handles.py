@@ -25,6 +25,7 @@ from .stats import ModelStatistics
 from .tensor import tensors_from_inputs
 
 if TYPE_CHECKING:
+    from .caller import Caller
     from .handle import Model
     from .model import LoadedModel
     from .repository.manager import RepositoryManager
@@ -43,7 +44,7 @@ class HandleEngine:
     def _infer_on(self, loaded: LoadedModel, request: InferRequest, *,
                   raise_on_error: bool = True,
                   callback: Callable[[InferResponse | None, bool], None] | None = None,
-                  consume_now: bool = False) -> ResponseStream:
+                  caller: Caller | None = None) -> ResponseStream:
         raise NotImplementedError
 
     def _model_infer(self, request: InferRequest, inputs: Mapping[str, Any], *,
