@@ -2,8 +2,9 @@
 
 The order follows what probes and clients expect of a server process:
 
-0. The process's allocator maps large buffers on their own (``memory.map_large_buffers``),
-   so the memory of large requests goes back to the system once they are done.
+0. The process's allocator maps large buffers on their own (``memory.map_large_buffers``)
+   and keeps two heaps (``memory.limit_arenas``), so the memory of large requests goes
+   back to the system once they are done.
 1. SIGINT and SIGTERM are trapped first (a signal during loading stops the server once
    the startup loads end; a second signal is ignored, as tritonserver ignores it).
 2. The frontends start and bind their ports before any model loads, so while models load
@@ -42,7 +43,7 @@ from typing import Any, Protocol
 
 from ._version import __version__
 from .errors import TritonError
-from .memory import map_large_buffers
+from .memory import limit_arenas, map_large_buffers
 from .options import ModelControlMode, Options, RateLimitMode
 from .repository.states import ModelIndexEntry
 from .server import Server
@@ -171,6 +172,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
     one that ``starts_after_load`` (Vertex AI's) once the startup loads are done.
     """
     map_large_buffers()  # large tensors go back to the system when freed (memory.py)
+    limit_arenas()  # and what large requests leave in threads' heaps too
     signals = StopSignals()
     signals.install()
     try:

@@ -19,6 +19,16 @@ longer used. With a fixed threshold every buffer of 4 MiB or more is mapped on i
 and unmapped when freed, and smaller ones stay on the heap (an MiB-sized tensor is reused
 from there without page faults); the heap's free top is kept up to twice that, as glibc's
 own rule keeps it (trimming each MiB freed cost a tenth of the 1 MiB requests' rate).
+
+``limit_arenas`` (also called once by ``infercore serve``) caps glibc's heaps at two
+(``M_ARENA_MAX``; glibc's default is eight per core): each thread that allocates while
+another holds a heap's lock gets a heap of its own, and the server has many threads (the
+frontends' loops, gRPC core's, the large-request threads, an instance thread per model
+instance). A large request decoded on one thread then leaves that thread's heap with
+free pages held in place by a few small blocks still in use, which ``malloc_trim`` cannot
+hand back: the load-probe corpus (benchmarks/load_probes.py) left the server 17 MiB
+larger with the default and 2 MiB with two heaps. Python code allocates under the GIL,
+so the threads seldom contend for a heap's lock.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import logging
 import os
 from collections.abc import Callable
 
-__all__ = ["map_large_buffers", "release_memory"]
+__all__ = ["limit_arenas", "map_large_buffers", "release_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +48,8 @@ logger = logging.getLogger(__name__)
 LARGE_BUFFER_BYTES = 4 * 1024 * 1024
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+ARENAS = 2
 
 
 def _libc_function(name: str, argtypes: list[type]) -> Callable[..., int] | None:
@@ -67,6 +79,17 @@ def map_large_buffers(threshold: int = LARGE_BUFFER_BYTES) -> bool:
         return False
     return bool(_MALLOPT(_M_MMAP_THRESHOLD, threshold)
                 and _MALLOPT(_M_TRIM_THRESHOLD, 2 * threshold))
+
+
+def limit_arenas(count: int = ARENAS) -> bool:
+    """Have glibc keep at most ``count`` heaps (see the module doc); False where it
+    cannot, or where the environment already sets the number. Call it before the
+    server's threads start: a thread keeps the heap it was given."""
+    tuned = (os.environ.get("MALLOC_ARENA_MAX") is not None
+             or "arena_max" in os.environ.get("GLIBC_TUNABLES", ""))
+    if _MALLOPT is None or tuned:
+        return False
+    return bool(_MALLOPT(_M_ARENA_MAX, count))
 
 
 def release_memory(generation: int = 2) -> None:

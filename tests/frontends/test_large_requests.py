@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import traceback
 import weakref
@@ -11,7 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from infercore.frontends.large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
+from infercore.frontends.large_requests import (
+    LARGE_REQUEST_BYTES,
+    LARGE_WORK_SWITCH_S,
+    LargeRequests,
+    costs_much,
+)
 
 MIB = 1024 * 1024
 
@@ -79,4 +85,43 @@ def test_a_refusal_gives_memory_back_once_for_those_queued_together(large, monke
     busy.set()
     blocker.result()
     large.submit(lambda: None).result()  # queued behind them
-    assert released == [1]  # one collection of the young generations, then the trim
+    assert released == [2]  # one full collection, then the trim
+    large.release_refused()
+    large.submit(lambda: None).result()
+    assert released == [2, 1]  # within FULL_COLLECTION_S: the young generations only
+    monkeypatch.setattr("infercore.frontends.large_requests.time.monotonic",
+                        lambda: 1e9)  # ... and a full one again once that has passed
+    large.release_refused()
+    large.submit(lambda: None).result()
+    assert released == [2, 1, 2]
+
+
+def test_work_runs_with_the_gil_handed_over_sooner_until_the_last_ends(large):
+    before = sys.getswitchinterval()
+    assert large.submit(sys.getswitchinterval).result() == LARGE_WORK_SWITCH_S
+    assert sys.getswitchinterval() == before
+    other = LargeRequests("test-large-other")  # two frontends' threads at once
+    try:
+        started, finish = threading.Event(), threading.Event()
+
+        def hold() -> float:
+            started.set()
+            finish.wait(10)
+            return sys.getswitchinterval()
+
+        held = other.submit(hold)
+        assert started.wait(10)
+        assert large.submit(sys.getswitchinterval).result() == LARGE_WORK_SWITCH_S
+        assert sys.getswitchinterval() == LARGE_WORK_SWITCH_S  # the other still runs
+        finish.set()
+        assert held.result() == LARGE_WORK_SWITCH_S
+    finally:
+        other.shutdown()
+    assert sys.getswitchinterval() == before
+
+    def fails() -> None:
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError):
+        large.submit(fails).result()
+    assert sys.getswitchinterval() == before
