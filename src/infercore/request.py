@@ -56,6 +56,7 @@ class InferRequest:
         "batch_key",
         "runs_on_loop",
         "single_response",
+        "rescheduler",
         "trace",
         # timestamps in monotonic ns, at Triton's statistics points
         "request_start_ns",
@@ -109,6 +110,11 @@ class InferRequest:
         # Set by a caller that takes one response only (a Python model's BLS ``exec()``
         # without ``decoupled=True``): a decoupled model refuses it at entry, as in Triton.
         self.single_response = False
+        # Set by a scheduler that takes a request back to run it again (the sequence
+        # batcher of an ``iterative_sequence`` model): a backend whose model asked for
+        # the request to be rescheduled (Triton's TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+        # hands it over once its execution returns. None: the model is not configured to.
+        self.rescheduler: Callable[[InferRequest], None] | None = None
         self.trace: TraceHandle | None = None
         self.request_start_ns = 0
         self.queue_start_ns = 0

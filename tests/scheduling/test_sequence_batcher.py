@@ -523,3 +523,68 @@ def test_a_start_without_a_free_slot_releases_idle_sequences_first():
     _enqueue(batcher, 2, "b1", start=True)
     assert batcher.statistics().backlogged == 0
     assert _ids(batcher.next_payload()) == ["b1"]
+
+
+# -- iterative sequences (request rescheduling) ------------------------------------------------
+def test_iterative_request_without_correlation_id_gets_a_sequence_of_its_own():
+    batcher, _, _ = _batcher("iterative_sequence: true")
+    _enqueue(batcher, 0, "a")
+    _enqueue(batcher, "", "b")
+    first, second = batcher.next_payload(), None
+    request = first.requests[0]
+    assert (request.correlation_id, request.sequence_start) == (1, True)
+    _answer(first)
+    second = batcher.next_payload()
+    assert (second.requests[0].correlation_id, second.requests[0].sequence_start) == (2, True)
+
+
+def test_a_plain_sequence_batcher_still_refuses_correlation_id_zero():
+    batcher, _, _ = _batcher()
+    assert "non-zero or non-empty correlation ID" in str(_refused(batcher, 0, start=True))
+
+
+def test_a_rescheduled_request_runs_again_without_start_then_releases_its_slot():
+    batcher, _, failed = _batcher("iterative_sequence: true")
+    stream = _enqueue(batcher, 5, "a", start=True)
+    payload = batcher.next_payload()
+    request = payload.requests[0]
+    assert request.rescheduler is not None
+    request.rescheduler(request)  # the model asked to run it again
+    assert request.sender.late  # its instance leaves it unanswered for now
+    again = batcher.next_payload()
+    assert again.requests == [request]
+    assert (request.sequence_start, request.sequence_end) == (False, False)
+    assert batcher.statistics().seated == 1
+    _answer(again)
+    assert stream.result(timeout=5).error is None
+    # the lane's next look settles the last batch: not rescheduled, so the sequence ends
+    # (counted as a failure, as Triton's cancel of the request is)
+    batcher.stop()
+    assert batcher.next_payload() is None  # (this thread's lane: the one that ran it)
+    assert failed == [request]
+    assert batcher.statistics().seated == 0
+
+
+def test_a_released_iterative_request_frees_the_slot_for_the_next_sequence():
+    batcher, _, _ = _batcher("iterative_sequence: true")
+    _enqueue(batcher, 0, "a")
+    _enqueue(batcher, 0, "b")
+    first = batcher.next_payload()
+    assert batcher.statistics().backlogged == 1  # one slot: "b" waits for it
+    _answer(first)
+    assert _ids(batcher.next_payload()) == ["b"]
+
+
+def test_rescheduling_a_request_that_is_not_executing_is_an_error():
+    batcher, _, _ = _batcher("iterative_sequence: true")
+    _enqueue(batcher, 3, "a", start=True)
+    request = batcher.next_payload().requests[0]
+    request.rescheduler(request)
+    with pytest.raises(Exception, match="not executing"):
+        request.rescheduler(request)
+
+
+def test_a_plain_sequence_batcher_gives_no_rescheduler():
+    batcher, _, _ = _batcher()
+    _enqueue(batcher, 3, "a", start=True)
+    assert batcher.next_payload().requests[0].rescheduler is None

@@ -35,6 +35,15 @@ is left it retires and frees its slot. A second START for a live sequence contin
 its slot, and the state is reset when that request runs (Triton: "previous sequence will
 be terminated early").
 
+Iterative sequences (``iterative_sequence: true``, Triton's "generative" sequencer): a
+request may be run again and again until its model stops asking (a Python model's
+``set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``): ``_take`` gives each
+request a ``rescheduler``, which queues it behind its sequence again, neither START nor
+END. When the lane's thread asks for its next batch, each request of its last batch that
+was not rescheduled ends its sequence (Triton ends it by cancelling the request, counted
+as a failure). A request without a correlation id starts a sequence of its own, under an
+id the batcher gives it.
+
 Errors (raised by ``enqueue``, Triton's texts): no correlation id ("must
 specify a non-zero or non-empty correlation ID"), a request without START for an id with
 no live sequence, including after END or an idle release ("must specify the START flag on
@@ -75,7 +84,13 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2
 
 from ..clock import Clock
-from ..errors import CancelledError, InvalidArgumentError, TritonError, UnavailableError
+from ..errors import (
+    CancelledError,
+    InternalError,
+    InvalidArgumentError,
+    TritonError,
+    UnavailableError,
+)
 from ..payload import Payload
 from ..request import InferRequest
 from ..tensor import Tensor
@@ -119,12 +134,15 @@ class _Sequence:
 class _Lane:
     """The slots of one instance, served by that instance's backend thread."""
 
-    __slots__ = ("index", "slots", "ready")
+    __slots__ = ("index", "slots", "ready", "ran")
 
     def __init__(self, index: int, slot_count: int, lock: threading.Lock) -> None:
         self.index = index
         self.slots: list[_Sequence | None] = [None] * slot_count
         self.ready = threading.Condition(lock)  # notified when this lane may have work
+        # iterative sequences: the requests of the batch this lane ran last, settled
+        # (rescheduled or released) when the lane's thread asks for its next batch
+        self.ran: list[InferRequest] = []
 
 
 class SequenceBatcher(NoCallerRuns):
@@ -168,6 +186,10 @@ class SequenceBatcher(NoCallerRuns):
         self._backlog: deque[_Sequence] = deque()
         self._owner: dict[int, _Sequence] = {}  # id(queued request) -> its sequence
         self._stopped = False
+        # iterative_sequence: a request runs until its model stops rescheduling it
+        self._iterative = bool(batcher.iterative_sequence)
+        self._running: dict[int, _Sequence] = {}  # id(executing request) -> its sequence
+        self._generated_id = 0  # the last correlation id given to a request without one
 
     # -- callers -----------------------------------------------------------------------------
     def enqueue(self, request: InferRequest, *, take: bool = False,
@@ -189,6 +211,8 @@ class SequenceBatcher(NoCallerRuns):
         request.on_cancel(partial(self._cancel, request))
 
     def _check(self, request: InferRequest) -> TritonError | None:
+        if self._iterative and request.correlation_id in (0, ""):
+            return None  # _admit gives it a sequence of its own (Triton's generative one)
         if request.batch_size > 1:
             return InvalidArgumentError(
                 f"inference request to model '{self._model_name}' must specify batch-size 1 "
@@ -202,6 +226,8 @@ class SequenceBatcher(NoCallerRuns):
     def _admit(self, request: InferRequest) -> TritonError | None:
         """Queue ``request`` on its sequence (holds the lock); the error if it cannot be."""
         now = self._clock.now_ns()
+        if self._iterative and request.correlation_id in (0, ""):
+            self._new_sequence_for(request)
         correlation_id = request.correlation_id
         sequence = self._live.get(correlation_id)
         if sequence is not None and self._is_idle(sequence, now):
@@ -236,6 +262,54 @@ class SequenceBatcher(NoCallerRuns):
                 self._notify_all()  # an idle lane must wake for the new deadline
         return None
 
+    def _new_sequence_for(self, request: InferRequest) -> None:
+        """An iterative model's request without a correlation id starts a sequence of its
+        own, as Triton's generative sequencer does: the next unused id, flagged START."""
+        generated = self._generated_id + 1
+        while generated in self._live:
+            generated += 1
+        self._generated_id = generated
+        request.correlation_id = generated
+        request.sequence_start = True
+
+    def _reschedule(self, request: InferRequest) -> None:
+        """``request.rescheduler`` of an iterative model's request: its model asked to run
+        it again. Queued behind its sequence's requests, flagged neither START nor END (as
+        Triton's generative sequencer re-enqueues it); a sequence that was released
+        meanwhile (idle) is started again. Called once its execution returned."""
+        with self._lock:
+            sequence = self._running.pop(id(request), None)
+            if sequence is None:
+                raise InternalError(
+                    f"request '{request.id}' for model '{self._model_name}' was "
+                    "rescheduled while it was not executing")
+            now = self._clock.now_ns()
+            if not sequence.open:
+                sequence = (self._live.get(request.correlation_id)
+                            or self._begin(request.correlation_id))
+            request.sequence_start = request.sequence_end = False
+            if request.sender is not None:
+                request.sender.answer_later()  # its instance must not fail it as unanswered
+            request.queue_start_ns = now
+            sequence.last_seen_ns = now
+            sequence.requests.append(request)
+            self._owner[id(request)] = sequence
+            if sequence.lane is not None:
+                sequence.lane.ready.notify()
+
+    def _settle(self, lane: _Lane) -> list[InferRequest]:
+        """The lane's last batch of an iterative model is over: each request its model did
+        not reschedule ends its sequence (Triton ends it by cancelling the request, which
+        its statistics count as a failure: returned for that). Holds the lock."""
+        released = []
+        for request in lane.ran:
+            sequence = self._running.pop(id(request), None)
+            if sequence is not None:
+                self._close(sequence)
+                released.append(request)
+        lane.ran = []
+        return released
+
     def _cancel(self, request: InferRequest) -> None:
         with self._lock:
             sequence = self._owner.get(id(request))
@@ -259,6 +333,15 @@ class SequenceBatcher(NoCallerRuns):
         """Block until the calling thread's instance has a batch to run; None once stopped."""
         with self._lock:
             lane = self._lane()
+            if lane.ran:
+                released = self._settle(lane)
+                if released:
+                    self._lock.release()
+                    try:
+                        for request in released:
+                            self._on_failed(request)
+                    finally:
+                        self._lock.acquire()
             while True:
                 now = self._clock.now_ns()
                 expired = self._expire_backlog(now)
@@ -273,6 +356,8 @@ class SequenceBatcher(NoCallerRuns):
                 self._release_idle(lane, now)
                 requests, wake_at = self._form(lane, now)
                 if requests:
+                    if self._iterative:
+                        lane.ran = requests
                     return Payload(requests, self._clock.now_ns)
                 # (a backlogged sequence would have been seated in a free slot of this lane)
                 if self._stopped and not any(lane.slots):
@@ -376,6 +461,9 @@ class SequenceBatcher(NoCallerRuns):
             if request.sequence_start or sequence.state is None:
                 sequence.state = self._state.initial()
             self._state.add_to(request, sequence.state)
+        if self._iterative:
+            request.rescheduler = self._reschedule
+            self._running[id(request)] = sequence
         if not sequence.open and not sequence.requests:
             self._retire(sequence)
         return request
@@ -475,6 +563,7 @@ class SequenceBatcher(NoCallerRuns):
                 sequence.requests.clear()
                 self._close(sequence)
             self._owner.clear()
+            self._running.clear()
         self._fail(leftover, UnavailableError(
             f"model '{self._model_name}' was unloaded before the request could run"))
 

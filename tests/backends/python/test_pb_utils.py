@@ -291,11 +291,12 @@ def test_bls_exec_without_a_server_raises():
         request.exec()
 
 
-def test_release_flags_reschedule_is_refused():
+def test_release_flags_take_all_and_reschedule_only():
     request = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+    request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
     request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
-    with pytest.raises(pb_utils.TritonModelException, match="not supported"):
-        request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported request release"):
+        request.set_release_flags(7)
 
 
 # -- response sender -----------------------------------------------------------------------

@@ -971,3 +971,69 @@ def test_bls_async_exec_runs_requests_concurrently(harness: Harness):
     response = only(stream)
     assert response.error is None, response.error
     np.testing.assert_array_equal(response.outputs["OUTPUT0"].to_numpy(), [2, 4, 6, 8])
+
+
+# -- request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) --------------------------
+RESCHEDULE_CONFIG = """
+name: "again"
+backend: "python"
+input [ { name: "X", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_INT32, dims: [ 1 ] } ]
+"""
+
+RESCHEDULE_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    # ANSWER: what execute answers for a request it reschedules (None as Triton asks)
+    ANSWER = None
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            if x.as_numpy()[0] > 0:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                responses.append(self.ANSWER and pb_utils.InferenceResponse([x]))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x.as_numpy())]))
+        return responses
+"""
+
+
+def _rescheduled(harness: Harness, model_py: str = RESCHEDULE_PY, with_scheduler: bool = True):
+    _, (instance,) = harness.load("again", model_py, RESCHEDULE_CONFIG)
+    core, stream = request("again", {"X": np.array([1], np.int32)})
+    taken: list[InferRequest] = []
+    if with_scheduler:
+        core.rescheduler = taken.append
+    execute(instance, core)
+    return core, stream, taken
+
+
+def test_a_rescheduled_request_goes_back_to_its_scheduler_unanswered(harness: Harness):
+    core, stream, taken = _rescheduled(harness)
+    assert taken == [core]
+    assert not core.sender.closed  # answered by a later execution
+    assert stream.next_nowait() is None
+
+
+def test_answering_a_rescheduled_request_is_refused_with_tritons_text(harness: Harness):
+    model_py = RESCHEDULE_PY.replace("ANSWER = None", "ANSWER = True")
+    core, stream, taken = _rescheduled(harness, model_py)
+    assert taken == []
+    assert only(stream).error.message == (
+        "Failed to process the request(s) for model 'again_0', message: Expected a None "
+        "object in the execute function return list for reschduled request, found type "
+        "'<class 'c_python_backend_utils.InferenceResponse'>'.")
+
+
+def test_rescheduling_without_an_iterative_scheduler_answers_tritons_log_text(harness, caplog):
+    core, stream, _ = _rescheduled(harness, with_scheduler=False)
+    text = ("Failed to release request: Request is released with "
+            "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to "
+            "handle such a flag.")
+    assert only(stream).error.message == text
+    assert text in caplog.text
+    assert not core.sender.failed  # Triton's statistics count it as the backend's success

@@ -85,6 +85,15 @@ def _warn_in_thread_once(model_name: str) -> None:
         "restarts a server that died.", model_name)
 
 
+def _type_name(value: Any) -> str:
+    """``type(value)`` as Triton's stub prints it: pb_utils classes live in its
+    ``c_python_backend_utils`` module."""
+    kind = type(value)
+    if kind.__module__.startswith("infercore.backends.python."):
+        return f"<class 'c_python_backend_utils.{kind.__name__}'>"
+    return str(kind)
+
+
 class PythonBackend:
     """Loads Triton Python-backend models."""
 
@@ -278,16 +287,42 @@ class PythonInstance:
                         f"Python model '{self._name}' is using the decoupled mode and the "
                         "execute function must return None.",
                     )
-                return
-            self._send_returned(requests, result)
+                    return
+            elif not self._send_returned(requests, result):
+                return  # every request failed: none is rescheduled
+            for request in requests:
+                if request._reschedule:
+                    self._reschedule(request)
 
-    def _send_returned(self, requests: list[InferenceRequest], result: Any) -> None:
-        """Send what a non-decoupled ``execute`` returned: one response per request."""
+    def _reschedule(self, request: InferenceRequest) -> None:
+        """The model released ``request`` with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+        hand it back to its scheduler (``InferRequest.rescheduler``) to run again."""
+        core = request._core
+        if core is None or core.sender is None:
+            return
+        if core.rescheduler is None:
+            # Triton logs this and never releases the request, so its client waits for
+            # good; here it is answered with the same text instead.
+            text = ("Failed to release request: Request is released with "
+                    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+                    "configured to handle such a flag.")
+            logger.error(text)
+            if not core.sender.closed:
+                # counted as Triton counts it: a success of the backend's
+                core.sender.send(error=InternalError(text), fails=False)
+            return
+        core.rescheduler(core)
+
+    def _send_returned(self, requests: list[InferenceRequest], result: Any) -> bool:
+        """Send what a non-decoupled ``execute`` returned: one response per request.
+        False when the result was refused (every request failed)."""
         if result is None:
             # Triton accepts None when the model answers through response senders, now or
             # from its own threads later; a request whose sender the model never took
             # would wait forever, so it fails.
             for request in requests:
+                if request._reschedule:
+                    continue  # answered by a later execution
                 if request._response_sender is None:
                     self._fail(
                         request,
@@ -296,12 +331,13 @@ class PythonInstance:
                     )
                 else:
                     self._answer_later(request)
-            return
+            return True
         if not isinstance(result, (list, tuple)):
             self._fail_all(
-                requests, f"Expected a list in the execute return, found type '{type(result)}'."
+                requests,
+                f"Expected a list in the execute return, found type '{_type_name(result)}'.",
             )
-            return
+            return False
         if len(result) != len(requests):
             self._fail_all(
                 requests,
@@ -309,17 +345,25 @@ class PythonInstance:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
                 f"InferenceResponse(s) size is:{len(result)}",
             )
-            return
+            return False
         for request, response in zip(requests, result, strict=True):
+            if request._reschedule and response is not None:
+                # Triton's text, its typo included
+                self._fail_all(
+                    requests,
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{_type_name(response)}'.",
+                )
+                return False
             if response is None:
                 continue
             if not isinstance(response, InferenceResponse):
                 self._fail_all(
                     requests,
                     "Expected an 'InferenceResponse' object in the execute function return "
-                    f"list, found type '{type(response)}'.",
+                    f"list, found type '{_type_name(response)}'.",
                 )
-                return
+                return False
             sender = request._response_sender
             if sender is not None and sender._used:
                 self._fail_all(
@@ -327,9 +371,11 @@ class PythonInstance:
                     "Unable to send response. Non-decoupled model cannot send more than one "
                     "response.",
                 )
-                return
+                return False
         for request, response in zip(requests, result, strict=True):
             if response is None:
+                if request._reschedule:
+                    continue  # answered by a later execution
                 if request._response_sender is None:
                     self._fail(
                         request,
@@ -343,6 +389,7 @@ class PythonInstance:
                 response._send(request._core.sender, final=True)  # type: ignore[union-attr]
             except Exception as exc:  # noqa: BLE001 - one bad response fails its request only
                 self._fail(request, python_error_text(exc, skip_frames=0))
+        return True
 
     @staticmethod
     def _answer_later(request: InferenceRequest) -> None:

@@ -350,6 +350,7 @@ class InferenceRequest:
         "_decoupled",
         "_response_sender",
         "_trace",
+        "_reschedule",
     )
 
     def __init__(
@@ -412,6 +413,7 @@ class InferenceRequest:
         self._decoupled = False
         self._response_sender: InferenceResponseSender | None = None
         self._trace: InferenceTrace | None = trace
+        self._reschedule = False
 
     @classmethod
     def _wrap(
@@ -436,6 +438,7 @@ class InferenceRequest:
         made._decoupled = decoupled
         made._response_sender = None
         made._trace = None
+        made._reschedule = False
         return made
 
     # -- what execute reads ------------------------------------------------------------
@@ -484,13 +487,15 @@ class InferenceRequest:
         return sender
 
     def set_release_flags(self, flags: int) -> None:
+        """RESCHEDULE: once ``execute`` returns, the request goes back to its scheduler and
+        runs again (a model with ``iterative_sequence``; a non-decoupled model returns None
+        for it). ALL (the default) releases it."""
         if flags == TRITONSERVER_REQUEST_RELEASE_ALL:
+            self._reschedule = False
             return
         if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException(
-                "Request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
-                "supported by infercore yet."
-            )
+            self._reschedule = True
+            return
         raise TritonModelException(f"Unsupported request release flags {flags}.")
 
     # -- BLS -----------------------------------------------------------------------------

@@ -263,6 +263,15 @@ class _WorkerSender:
         self._outbox.respond(self._slot, FLAG_FINAL, None, None, {})
 
 
+def _refuse_reschedule(request: InferRequest) -> None:
+    """A process-isolated model's request cannot be rescheduled yet: answered instead."""
+    sender = request.sender
+    if sender is not None and not sender.closed:
+        sender.send(error=InternalError(
+            "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
+            "available to process-isolated Python models; run the model in-thread"))
+
+
 class _ForwardingHandler(logging.Handler):
     """Sends each log record to the server, which logs it under the same logger."""
 
@@ -303,6 +312,7 @@ class WorkerRuntime:
         self._bls: BlsClient | None = None
         self._control: RemoteControl | None = None
         self._metrics: RemoteMetrics | None = None
+        self._iterative = False  # set at INIT: the model's sequence_batching.iterative_sequence
 
     def run(self) -> int:
         """Serve until FINALIZE (exit code 0) or until the server is gone."""
@@ -395,6 +405,7 @@ class WorkerRuntime:
         )
         info = InstanceInfo(name, group, index, kind, device_id, passive, tuple(profiles),
                             tuple(tuple(s) for s in secondary), policy)
+        self._iterative = config.sequence_batching.iterative_sequence
         try:
             self._model = PythonBackend().create_in_thread_model(context)
             self._instance = self._model.create_instance(info)
@@ -428,6 +439,8 @@ class WorkerRuntime:
             request.watch_flag(arena, block)
             request.batch_size = batch_size
             request.sender = _WorkerSender(request, slot, outbox)  # type: ignore[assignment]
+            if self._iterative:
+                request.rescheduler = _refuse_reschedule
             requests.append(request)
         if not self._decoupled:
             self._outbox.hold()
