@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2
 from infercore.errors import InvalidArgumentError
 from infercore.request import InferRequest
 from infercore.tensor import DataType, RawInput, Tensor
-from infercore.validation import RequestValidator
+from infercore.validation import BackendRefusal, RequestValidator
 
 P = "[request id: <id_unknown>] "  # Triton's core prefixes its request errors
 
@@ -522,3 +522,19 @@ def test_a_raw_bytes_input_is_one_element_holding_the_whole_body():
 ])
 def test_raw_inputs_triton_cannot_deduce_are_refused(config, message):
     assert _error(RequestValidator(_config(config)), _raw(b"\0" * 8)) == P + message
+
+
+@pytest.mark.parametrize("backend", ["python", "onnxruntime"])
+def test_a_batching_model_sent_no_inputs_is_refused_where_triton_refuses_it(backend):
+    validator = RequestValidator(_config(f'''
+        name: "m" backend: "{backend}" max_batch_size: 4
+        input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] optional: true }} ]'''))
+    with pytest.raises(InvalidArgumentError) as refused:
+        validator.validate(InferRequest("m", {}, id="r1"))
+    if backend == "python":  # Triton's Python backend refuses it, counted as a failure
+        assert isinstance(refused.value, BackendRefusal)
+        assert refused.value.message == (
+            "[request id: r1] out of bounds index 0: request has 0 inputs")
+    else:
+        assert not isinstance(refused.value, BackendRefusal)
+        assert "batch-size must be >= 1" in refused.value.message

@@ -59,11 +59,11 @@ from .scheduling.default import DefaultScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .scheduling.ensemble import EnsembleScheduler, StepDurations, validate_ensemble
 from .scheduling.sequence import SequenceBatcher
-from .stats import CANCELED, OTHER, REJECTED, LatencyWindow, ModelStats
+from .stats import BACKEND, CANCELED, OTHER, REJECTED, LatencyWindow, ModelStats
 from .tensor import DataType
 from .trace_record import TracingSender
 from .tracing import Tracer
-from .validation import RequestValidator
+from .validation import BackendRefusal, RequestValidator
 from .warmup import run_warmup, warmup_samples
 
 if TYPE_CHECKING:
@@ -349,9 +349,12 @@ class LoadedModel:
                 "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
                 "models.'")  # sic: Triton's Python backend ends its text with a quote
         # A request refused here never reaches the model: as in Triton (whose request
-        # normalization runs before the scheduler), it is in no statistics.
+        # normalization runs before the scheduler), it is in no statistics. What Triton's
+        # backend refuses (BackendRefusal) is answered, as a failed request, instead.
         try:
             self._validator.validate(request)
+        except BackendRefusal as refusal:
+            return self._answer_refusal(request, refusal, raise_on_error, callback)
         except ValueError as exc:  # e.g. a reshape numpy cannot do
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
         key: bytes | None = None
@@ -410,6 +413,16 @@ class LoadedModel:
             if request.trace is not None:
                 request.trace.settled()
             raise
+        return stream
+
+    def _answer_refusal(self, request: InferRequest, refusal: BackendRefusal,
+                        raise_on_error: bool, callback: Any) -> ResponseStream:
+        """Answer a request its backend would refuse before executing it: its answer is
+        the error (HTTP sends it as an answer's error, text/plain), counted as failed."""
+        stream = ResponseStream(request, raise_on_error=raise_on_error, callback=callback)
+        request.sender = ResponseSender(request, stream, self.name, self.version)
+        self.stats.record_failure(request, self._clock(), BACKEND)
+        request.sender.send_error(refusal)
         return stream
 
     def _sender(self, request: InferRequest, stream: ResponseStream,

@@ -33,7 +33,7 @@ from .request import InferRequest, request_label
 from .tensor import DataType, RawInput, Tensor
 from .triton_order import triton_order
 
-__all__ = ["InputSpec", "RawInput", "RequestValidator", "datatype_mismatch"]
+__all__ = ["BackendRefusal", "InputSpec", "RawInput", "RequestValidator", "datatype_mismatch"]
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
@@ -77,11 +77,18 @@ class InputSpec:
     fixed: bool  # no -1 in dims
 
 
+class BackendRefusal(InvalidArgumentError):
+    """What Triton's core lets through and the model's backend refuses before executing
+    (its statistics count the request as failed): refused here, at the same point of the
+    request's life as far as a client sees."""
+
+
 class RequestValidator:
     """Validates requests for one model version and puts inputs in the backend's shape."""
 
     def __init__(self, config: model_config_pb2.ModelConfig) -> None:
         self.model_name = config.name
+        self._python = config.backend == "python"
         self.max_batch_size = int(config.max_batch_size)
         self.inputs: dict[str, InputSpec] = {}
         for inp in config.input:
@@ -188,6 +195,10 @@ class RequestValidator:
                 self._check_data(name, tensor, batch if batching else None, request_id)
         if not batching:
             return 1
+        if not inputs and self._python:
+            # Triton's Python backend reads the batch size from the first input
+            raise BackendRefusal(
+                f"{request_label(request_id)}out of bounds index 0: request has 0 inputs")
         if batch == 0:  # Triton would run such a request with no batch at all
             raise InvalidArgumentError(
                 f"inference request batch-size must be >= 1 for '{model}'")
