@@ -507,8 +507,12 @@ class LoadedModel:
 
     def _record_ensemble_failure(self, request: InferRequest) -> None:
         # Triton's ensembles report every failure of their own as OTHER (their steps
-        # count theirs with the right reason).
-        self.stats.record_failure(request, self._clock(), OTHER)
+        # count theirs with the right reason), and count it twice: Triton 2.51 reports it
+        # when the run ends with the error and again when the request is released
+        # (conformance qa_engine_ensemble_failure).
+        now = self._clock()
+        self.stats.record_failure(request, now, OTHER)
+        self.stats.record_failure(request, now, OTHER)
         if request.trace is not None:
             request.trace.settled()
 

@@ -158,7 +158,8 @@ def test_a_failing_step_fails_the_ensemble_request_only(pipeline_repo):
             server.model("diamond").infer(inputs={"X": -X * 10}).result(timeout=10)
         ok = server.model("diamond").infer(inputs={"X": X}).result(timeout=10)
         assert ok.outputs["RESULT"].to_numpy().tolist() == EXPECTED
-        assert server.model("diamond").statistics()[0].fail.count == 1
+        # Triton 2.51 counts an ensemble's failure twice (qa_engine_ensemble_failure)
+        assert server.model("diamond").statistics()[0].fail.count == 2
 
 
 @pytest.mark.parametrize(

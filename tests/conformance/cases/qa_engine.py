@@ -489,8 +489,33 @@ _LOAD_CASES = [
               "the configuration is read"),
 ]
 
+# -- an ensemble whose step fails, and the statistics of each ------------------------------
+RAISES_PY = FAILS_PY.replace(
+    "return [pb_utils.InferenceResponse(error=pb_utils.TritonError(\"the step fails\"))\n"
+    "                for _ in requests]",
+    "raise pb_utils.TritonModelException(\"the step raises\")")
+_RAISES = python_model("raises", _FAILS.config.replace('"fails"', '"raises"'), RAISES_PY)
+_ENS_RAISES = _ensemble("ens_raises", _step("raises", _BOTH, _OUT_BOTH))
+
+_FAILURE_CASES = [
+    Case("failing_step_http", [_infer("ens_fails", [1, 16])]),
+    Case("failing_step_grpc", [_grpc_infer("ens_fails")]),
+    Case("raising_step", [_infer("ens_raises", [1, 16])]),
+    Case("step_refuses_request", [_seq(4)],
+         note="the sequence step refuses a request without a correlation id at its door"),
+    Case("failing_step_statistics",
+         [_stats("ens_fails"), _stats("fails"), Http("GET", "/v2/models/simple/versions/2/stats"),
+          _stats("ens_raises"), _stats("ens_seq"), _stats("seq_step")],
+         note="how many failures each ensemble and its failing step count (the raising "
+              "step's own statistics are left out: Triton's Python backend reports the "
+              "batch of an execution that raised, infercore does not yet)"),
+]
+
 SUITES = [
     Suite("qa_engine_ensemble", "engine", _MODELS, (), _CASES),
+    Suite("qa_engine_ensemble_failure", "engine",
+          [add_sub("simple", versions=(1, 2), extra="version_policy: { all {} }"), _FAILS,
+           _ENS_FAILS, _RAISES, _ENS_RAISES, _SEQ_STEP, _ENS_SEQ], (), _FAILURE_CASES),
     Suite("qa_engine_ensemble_load", "engine",
           [add_sub("simple", versions=(1, 2), extra="version_policy: { all {} }"), _UNUSED],
           ("--model-control-mode=explicit",), _LOAD_CASES),
