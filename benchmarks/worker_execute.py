@@ -102,6 +102,7 @@ class WorkerUnderTest:
                                   self._ring, False, "add_sub")
         runtime._model_name = "add_sub"
         runtime._decoupled = False
+        runtime._iterative = False
         runtime._levels = ()
         runtime._instance = instance
         self._runtime = runtime
