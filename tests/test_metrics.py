@@ -215,7 +215,7 @@ def test_cpu_metrics_can_be_turned_off(add_sub_repo):
     assert "nv_cpu_utilization" not in found
 
 
-def test_ensemble_failures_are_reported_as_other(repo, gate):
+def test_a_cancelled_ensemble_request_is_no_failure(repo, gate):
     repo.add_model("gate", config=GATE_CONFIG, model_py=GATE_PY)
     repo.add_model("pipe", config="""
 name: "pipe"
@@ -239,7 +239,9 @@ ensemble_scheduling { step [ { model_name: "gate" model_version: -1
     assert value(text, "nv_inference_request_success", **labels) == 1
     failures = {reason: value(text, "nv_inference_request_failure", reason=reason, **labels)
                 for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER")}
-    assert failures == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 1}
+    # Triton 2.51 counts no failure for an ensemble request cancelled while its step ran
+    # (probed over gRPC); a failing step counts two OTHER (qa_engine_ensemble_failure)
+    assert failures == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0}
 
 
 def test_cpu_sampler_reads_proc_as_triton_does(tmp_path):

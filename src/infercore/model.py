@@ -509,7 +509,12 @@ class LoadedModel:
         # Triton's ensembles report every failure of their own as OTHER (their steps
         # count theirs with the right reason), and count it twice: Triton 2.51 reports it
         # when the run ends with the error and again when the request is released
-        # (conformance qa_engine_ensemble_failure).
+        # (conformance qa_engine_ensemble_failure). A request its client cancelled is
+        # counted as no failure at all (Triton 2.51, cancelled over gRPC while its step ran).
+        if request.cancelled:
+            if request.trace is not None:
+                request.trace.settled()
+            return
         now = self._clock()
         self.stats.record_failure(request, now, OTHER)
         self.stats.record_failure(request, now, OTHER)
