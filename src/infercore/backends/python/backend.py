@@ -23,6 +23,8 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -230,7 +232,13 @@ class PythonModel:
 
 
 class PythonInstance:
-    """One ``TritonPythonModel`` object, driven by its instance's backend thread."""
+    """One ``TritonPythonModel`` object, driven by its instance's backend thread.
+
+    Its public members beside ``execute``/``finalize`` are what batch assembly
+    (``batch_assembly.AssemblyHost``) runs an assembled batch with: the model's scope and
+    ``execute``, its coroutine loop, and the ways a request is answered or failed with
+    Triton's texts. All of them run on the instance's backend thread.
+    """
 
     def __init__(
         self, model: PythonModel, model_object: Any, info: InstanceInfo, scope: _Scope
@@ -242,12 +250,13 @@ class PythonInstance:
         self._decoupled = model._decoupled
         self._assembly = model._assembly
         self._output_names = model._output_names
-        self._model_file = str(_model_file(model.context.config, model.context.version_dir))
+        # where the model's class lives, as Triton names it in "does not implement" errors
+        self.model_file = str(_model_file(model.context.config, model.context.version_dir))
         self._loop: CoroutineLoop | None = None  # for `async def execute`, made at first use
 
     def execute(self, payload: Payload) -> None:
         if self._assembly is not None:
-            execute_assembled(self, payload)
+            execute_assembled(self, self._assembly, payload)
             return
         requests = [
             InferenceRequest._wrap(core, self._output_names, self._decoupled)
@@ -258,9 +267,9 @@ class PythonInstance:
             execute = getattr(self._object, "execute", None)
             if execute is None:
                 payload.mark_compute_output_start()
-                self._fail_all(
+                self.fail_all(
                     requests,
-                    f"Python model {self._model_file} does not implement `execute` method.",
+                    f"Python model {self.model_file} does not implement `execute` method.",
                 )
                 return
             try:
@@ -271,10 +280,10 @@ class PythonInstance:
                         self._coroutine_loop().run_in_background(result)
                         payload.mark_compute_output_start()
                         return
-                    result = self._run(result)
+                    result = self.run_coroutine(result)
             except (Exception, SystemExit) as exc:
                 payload.mark_compute_output_start()
-                self._fail_all(requests, python_error_text(exc))
+                self.fail_all(requests, python_error_text(exc))
                 return
             finally:
                 if LAZY_SIBLINGS.pending:  # modules it imported by name, from its folders
@@ -282,13 +291,13 @@ class PythonInstance:
             payload.mark_compute_output_start()
             if self._decoupled:
                 if result is not None:
-                    self._fail_all(
+                    self.fail_all(
                         requests,
                         f"Python model '{self._name}' is using the decoupled mode and the "
                         "execute function must return None.",
                     )
                     return
-            elif not self._send_returned(requests, result):
+            elif not self.send_returned(requests, result):
                 return  # every request failed: none is rescheduled
             for request in requests:
                 if request._reschedule:
@@ -313,7 +322,15 @@ class PythonInstance:
             return
         core.rescheduler(core)
 
-    def _send_returned(self, requests: list[InferenceRequest], result: Any) -> bool:
+    def model_execute(self) -> Callable[[Any], Any] | None:
+        """The model object's ``execute``; None when the model has none."""
+        return getattr(self._object, "execute", None)
+
+    def scope(self) -> AbstractContextManager[None]:
+        """Enter the model's scope: pb_utils calls made inside find their model."""
+        return use_scope(self._scope)
+
+    def send_returned(self, requests: list[InferenceRequest], result: Any) -> bool:
         """Send what a non-decoupled ``execute`` returned: one response per request.
         False when the result was refused (every request failed)."""
         if result is None:
@@ -324,7 +341,7 @@ class PythonInstance:
                 if request._reschedule:
                     continue  # answered by a later execution
                 if request._response_sender is None:
-                    self._fail(
+                    self.fail(
                         request,
                         "Expected a list in the execute return, found type "
                         f"'{type(result)}'.",
@@ -333,13 +350,13 @@ class PythonInstance:
                     self._answer_later(request)
             return True
         if not isinstance(result, (list, tuple)):
-            self._fail_all(
+            self.fail_all(
                 requests,
                 f"Expected a list in the execute return, found type '{_type_name(result)}'.",
             )
             return False
         if len(result) != len(requests):
-            self._fail_all(
+            self.fail_all(
                 requests,
                 "Number of InferenceResponse objects do not match the number of "
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
@@ -349,7 +366,7 @@ class PythonInstance:
         for request, response in zip(requests, result, strict=True):
             if request._reschedule and response is not None:
                 # Triton's text, its typo included
-                self._fail_all(
+                self.fail_all(
                     requests,
                     "Expected a None object in the execute function return list for "
                     f"reschduled request, found type '{_type_name(response)}'.",
@@ -358,7 +375,7 @@ class PythonInstance:
             if response is None:
                 continue
             if not isinstance(response, InferenceResponse):
-                self._fail_all(
+                self.fail_all(
                     requests,
                     "Expected an 'InferenceResponse' object in the execute function return "
                     f"list, found type '{_type_name(response)}'.",
@@ -366,7 +383,7 @@ class PythonInstance:
                 return False
             sender = request._response_sender
             if sender is not None and sender._used:
-                self._fail_all(
+                self.fail_all(
                     requests,
                     "Unable to send response. Non-decoupled model cannot send more than one "
                     "response.",
@@ -377,7 +394,7 @@ class PythonInstance:
                 if request._reschedule:
                     continue  # answered by a later execution
                 if request._response_sender is None:
-                    self._fail(
+                    self.fail(
                         request,
                         "Expected an 'InferenceResponse' object in the execute function return "
                         "list, found type '<class 'NoneType'>'.",
@@ -388,7 +405,7 @@ class PythonInstance:
             try:
                 response._send(request._core.sender, final=True)  # type: ignore[union-attr]
             except Exception as exc:  # noqa: BLE001 - one bad response fails its request only
-                self._fail(request, python_error_text(exc, skip_frames=0))
+                self.fail(request, python_error_text(exc, skip_frames=0))
         return True
 
     @staticmethod
@@ -403,7 +420,8 @@ class PythonInstance:
             f"Failed to process the request(s) for model '{self._name}', message: {text}"
         )
 
-    def _fail_all(self, requests: list[InferenceRequest], text: str) -> None:
+    def fail_all(self, requests: list[InferenceRequest], text: str) -> None:
+        """Fail every request with Triton's "Failed to process the request(s)" error."""
         logger.error(
             "Failed to process the request(s) for model '%s', message: %s", self._name, text
         )
@@ -411,7 +429,8 @@ class PythonInstance:
             # One error object per request: each may be raised on a different thread.
             request.get_response_sender()._fail(self._error(text))
 
-    def _fail(self, request: InferenceRequest, text: str) -> None:
+    def fail(self, request: InferenceRequest, text: str) -> None:
+        """Fail one request with Triton's "Failed to process the request(s)" error."""
         logger.error(
             "Failed to process the request(s) for model '%s', message: %s", self._name, text
         )
@@ -422,7 +441,7 @@ class PythonInstance:
             self._loop = CoroutineLoop(f"{self._name}-asyncio")
         return self._loop
 
-    def _run(self, coroutine: Any) -> Any:
+    def run_coroutine(self, coroutine: Any) -> Any:
         """Run an ``async def execute`` of a model that is not decoupled to its end."""
         return self._coroutine_loop().run(coroutine)
 

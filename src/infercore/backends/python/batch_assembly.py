@@ -8,6 +8,7 @@ Beyond Triton, opt-in per model (``docs/python_batch_assembly.md``)::
     batch_assembly_from_config   the config's parameters -> BatchAssembly, checked at load
     execute_assembled            one payload: assemble -> model.execute(batch) -> split, send
     AssembledRequest             what ``execute`` receives
+    AssemblyHost                 what it needs of the instance (backend.PythonInstance)
 
 Assembly concatenates each input of the payload's requests along dim 0 (each request keeps
 its own batch size), once per input; a one-request payload is handed over as is. Inputs
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
@@ -38,12 +40,11 @@ from ...request import InferRequest
 from ...tensor import DataType, MemoryType
 from ...tensor import Tensor as CoreTensor
 from .pb_error import TritonModelException, python_error_text
-from .pb_request import InferenceRequest, InferenceResponse, use_scope
+from .pb_request import InferenceRequest, InferenceResponse
 from .pb_tensor import Tensor, _from_core, _to_core
 
 if TYPE_CHECKING:
     from ...payload import Payload
-    from .backend import PythonInstance
 
 __all__ = [
     "MODE_CONCAT",
@@ -51,6 +52,7 @@ __all__ = [
     "PARAM_ASSEMBLY",
     "PARAM_PADDING",
     "AssembledRequest",
+    "AssemblyHost",
     "BatchAssembly",
     "batch_assembly_from_config",
     "execute_assembled",
@@ -464,43 +466,67 @@ def _pad(
 
 
 # -- execution ------------------------------------------------------------------------------
-def execute_assembled(instance: PythonInstance, payload: Payload) -> None:
+class AssemblyHost(Protocol):
+    """What an assembled batch runs with: the instance of the model (``PythonInstance``),
+    on its backend thread."""
+
+    model_file: str  # the model's file, as "does not implement `execute`" names it
+
+    def model_execute(self) -> Callable[[Any], Any] | None:
+        """The model object's ``execute``; None when it has none."""
+
+    def scope(self) -> AbstractContextManager[None]:
+        """The model's scope, entered around ``execute`` and the sends."""
+
+    def run_coroutine(self, coroutine: Any) -> Any:
+        """Run an ``async def execute``'s coroutine to its end; its result."""
+
+    def fail(self, request: InferenceRequest, text: str) -> None:
+        """Fail one request with Triton's "Failed to process the request(s)" error."""
+
+    def fail_all(self, requests: list[InferenceRequest], text: str) -> None:
+        """Fail every request, likewise."""
+
+    def send_returned(self, requests: list[InferenceRequest], result: Any) -> bool:
+        """Answer each request from a list ``execute`` returned, one response each, as a
+        model without batch assembly is answered; False when the result was refused."""
+
+
+def execute_assembled(instance: AssemblyHost, policy: BatchAssembly, payload: Payload) -> None:
     """Run one payload through a batch-assembly model: every request gets an answer."""
-    policy = instance._assembly
-    assert policy is not None
     cores = payload.requests
-    requests = [InferenceRequest._wrap(core, instance._output_names, False) for core in cores]
+    requests = [InferenceRequest._wrap(core, policy.output_names, False) for core in cores]
     try:
         batch = assemble(policy, requests, cores)
     except _BatchError as exc:
         payload.mark_compute_input_end()
         payload.mark_compute_output_start()
-        instance._fail_all(requests, f"batch assembly: {exc}")
+        instance.fail_all(requests, f"batch assembly: {exc}")
         return
     payload.mark_compute_input_end()
-    with use_scope(instance._scope):
-        execute = getattr(instance._object, "execute", None)
+    with instance.scope():
+        execute = instance.model_execute()
         if execute is None:
             payload.mark_compute_output_start()
-            instance._fail_all(
+            instance.fail_all(
                 requests,
-                f"Python model {instance._model_file} does not implement `execute` method.",
+                f"Python model {instance.model_file} does not implement `execute` method.",
             )
             return
         try:
             result = execute(batch)
             if inspect.iscoroutine(result):
-                result = instance._run(result)
+                result = instance.run_coroutine(result)
         except (Exception, SystemExit) as exc:
             payload.mark_compute_output_start()
-            instance._fail_all(requests, python_error_text(exc))
+            instance.fail_all(requests, python_error_text(exc))
             return
         payload.mark_compute_output_start()
         _send_result(instance, batch, requests, result)
 
 
 def _send_result(
-    instance: PythonInstance,
+    instance: AssemblyHost,
     batch: AssembledRequest,
     requests: list[InferenceRequest],
     result: Any,
@@ -511,10 +537,10 @@ def _send_result(
             result = result[0]
         elif len(result) == len(requests) and len(requests) > 1:
             # One response per original request: the model split the batch itself.
-            instance._send_returned(requests, list(result))
+            instance.send_returned(requests, list(result))
             return
         else:
-            instance._fail_all(
+            instance.fail_all(
                 requests,
                 f"batch assembly: execute returned a list of {len(result)} item(s) for an "
                 f"assembled batch of {len(requests)} request(s); return one "
@@ -526,14 +552,14 @@ def _send_result(
         for request in requests:
             sender = request._response_sender
             if sender is None or not sender._used:
-                instance._fail(
+                instance.fail(
                     request,
                     "batch assembly: execute returned None and sent no response for this "
                     "request; return one InferenceResponse for the assembled batch",
                 )
         return
     if not isinstance(result, InferenceResponse):
-        instance._fail_all(
+        instance.fail_all(
             requests,
             "batch assembly: expected an 'InferenceResponse' object for the assembled batch "
             f"in the execute return, found type '{type(result)}'.",
@@ -542,7 +568,7 @@ def _send_result(
     for request in requests:
         sender = request._response_sender
         if sender is not None and sender._used:
-            instance._fail_all(
+            instance.fail_all(
                 requests,
                 "Unable to send response. Non-decoupled model cannot send more than one "
                 "response.",
@@ -556,12 +582,12 @@ def _send_result(
                 # One error object per request: each may be raised on a different thread.
                 result._send(core.sender, final=True)
             except Exception as exc:  # noqa: BLE001 - e.g. cancelled meanwhile: this one only
-                instance._fail(request, python_error_text(exc, skip_frames=0))
+                instance.fail(request, python_error_text(exc, skip_frames=0))
         return
     try:
         parts = _split(batch, result)
     except _BatchError as exc:
-        instance._fail_all(requests, f"batch assembly: {exc}")
+        instance.fail_all(requests, f"batch assembly: {exc}")
         return
     parameters = result._parameters or None
     for request, outputs in zip(requests, parts, strict=True):
@@ -570,7 +596,7 @@ def _send_result(
         try:
             core.sender.send(outputs, parameters=parameters, final=True)
         except Exception as exc:  # noqa: BLE001 - e.g. cancelled meanwhile: this one only
-            instance._fail(request, python_error_text(exc, skip_frames=0))
+            instance.fail(request, python_error_text(exc, skip_frames=0))
 
 
 def _split(batch: AssembledRequest, response: InferenceResponse) -> list[dict[str, CoreTensor]]:
