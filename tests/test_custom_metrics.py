@@ -17,6 +17,11 @@ from infercore import (
     MetricKind,
     Server,
 )
+from infercore.backends.base import InstanceInfo, ModelContext
+from infercore.backends.python.backend import PythonBackend
+from infercore.backends.python.pb_metrics import use_metrics_backend
+from infercore.config import parse_model_config
+from infercore.custom_metrics import REGISTRY, CustomMetricsRegistry
 
 
 def samples(text: str, family_name: str) -> dict[tuple[str, tuple], float]:
@@ -217,7 +222,15 @@ def test_python_models_report_custom_metrics(repo):
         assert "t_model_requests" not in server.metrics()
 
 
-def test_pb_utils_errors_are_triton_model_exceptions():
+@pytest.fixture
+def process_registry():
+    """pb_utils metrics in this process's registry, as a server's Python model has them."""
+    previous = use_metrics_backend(REGISTRY)
+    yield
+    use_metrics_backend(previous)
+
+
+def test_pb_utils_errors_are_triton_model_exceptions(process_registry):
     family = pb_utils.MetricFamily(name="t_pb_rules", description="",
                                    kind=pb_utils.MetricFamily.COUNTER)
     metric = family.Metric(labels={"a": "b"})
@@ -238,3 +251,57 @@ def test_pb_utils_errors_are_triton_model_exceptions():
     gc.collect()
     with pytest.raises(pb_utils.TritonModelException, match="has been deleted"):
         metric.value()
+
+
+HANDED_MODEL_PY = """
+import triton_python_backend_utils as pb_utils
+
+AT_IMPORT = pb_utils.MetricFamily(name="t_handed_import", description="",
+                                  kind=pb_utils.MetricFamily.GAUGE)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.family = pb_utils.MetricFamily(name="t_handed_init", description="made here",
+                                            kind=pb_utils.MetricFamily.COUNTER)
+        self.metric = self.family.Metric(labels={"m": "1"})
+        self.metric.increment(2)
+"""
+
+
+def test_python_models_keep_their_metrics_in_the_registry_the_engine_hands_them(tmp_path):
+    version_dir = tmp_path / "handed" / "1"
+    version_dir.mkdir(parents=True)
+    (version_dir / "model.py").write_text(HANDED_MODEL_PY)
+    config = parse_model_config(CUSTOM_MODEL_CONFIG.replace('"counted"', '"handed"'),
+                                model_name="handed")
+    registry = CustomMetricsRegistry()
+    context = ModelContext(name="handed", version=1, config=config,
+                           model_dir=tmp_path / "handed", version_dir=version_dir,
+                           repository=tmp_path, metrics=registry)
+    previous = use_metrics_backend(None)
+    try:
+        model = PythonBackend().create_model(context)
+        instance = model.create_instance(InstanceInfo("handed_0", "handed", 0, "KIND_CPU", 0))
+        # at the module's import and in initialize: the handed registry, not the process's
+        assert sorted(f.name for f in registry.families()) == ["t_handed_import",
+                                                               "t_handed_init"]
+        assert "t_handed_init" not in {f.name for f in REGISTRY.families()}
+        text = "".join(str(family) for family in registry.collect())
+        assert "t_handed_init" in text and "2.0" in text
+        instance.finalize()
+        model.finalize()
+    finally:
+        use_metrics_backend(previous)
+
+
+def test_pb_utils_metrics_without_a_server_say_so():
+    previous = use_metrics_backend(None)
+    try:
+        with pytest.raises(pb_utils.TritonModelException,
+                           match="Error when creating MetricFamily: custom metrics are kept "
+                                 "by the server"):
+            pb_utils.MetricFamily(name="t_no_server", description="",
+                                  kind=pb_utils.MetricFamily.COUNTER)
+    finally:
+        use_metrics_backend(previous)

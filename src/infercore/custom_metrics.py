@@ -25,9 +25,7 @@ values under the family lock.
 from __future__ import annotations
 
 import bisect
-import enum
 import math
-import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,25 +33,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from prometheus_client.core import Metric as PromMetric
 from prometheus_client.utils import floatToGoString
 
+from .custom_metric_rules import (
+    LabelKey,
+    MetricKind,
+    check_family,
+    metric_key,
+    metric_value,
+    negative_increment_text,
+    unsupported_text,
+)
 from .errors import AlreadyExistsError, InvalidArgumentError
 
 __all__ = ["CustomMetricsRegistry", "Metric", "MetricFamily", "MetricKind", "REGISTRY",
-           "check_family", "check_update", "metric_key", "metric_value",
            "register_reserved_names"]
-
-_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
-class MetricKind(enum.Enum):
-    """Triton's TRITONSERVER_MetricKind."""
-
-    COUNTER = "counter"
-    GAUGE = "gauge"
-    HISTOGRAM = "histogram"
-
-
-LabelKey = tuple[tuple[str, str], ...]
 
 
 class _MetricState:
@@ -85,7 +77,12 @@ class _FamilyState:
 
 
 class CustomMetricsRegistry:
-    """All custom families of the process."""
+    """All custom families of the process.
+
+    Also what the engine hands to backends (``backends.base.CustomMetrics``, through
+    ``ModelContext.metrics``): ``family`` and ``metric`` make the objects below, in this
+    registry, and ``reserve`` keeps a backend's own family names from custom families.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -96,6 +93,15 @@ class CustomMetricsRegistry:
         """Names custom families may not take (the server's own metric families)."""
         with self._lock:
             self._reserved.update(names)
+
+    def family(self, kind: MetricKind, name: str, description: str) -> MetricFamily:
+        """``MetricFamily(kind, name, description)`` in this registry."""
+        return MetricFamily(kind, name, description, registry=self)
+
+    def metric(self, family: MetricFamily, labels: Mapping[str, str] | None,
+               buckets: Sequence[float] | None) -> Metric:
+        """``Metric(family, labels, buckets)``; ``family`` is one ``family`` made."""
+        return Metric(family, labels, buckets)
 
     def acquire_family(self, name: str, kind: MetricKind, description: str) -> _FamilyState:
         check_family(name, kind)
@@ -212,8 +218,7 @@ class Metric:
                  buckets: Sequence[float] | None = None) -> None:
         if not isinstance(family, MetricFamily):
             raise InvalidArgumentError("Metric needs a MetricFamily")
-        key = _label_key(labels, family.kind)
-        bounds = _bounds(buckets, family.kind)
+        key, bounds = metric_key(family.kind, labels, buckets)
         state = family._state
         with state.lock:
             if state.deleted:
@@ -249,17 +254,17 @@ class Metric:
     def increment(self, value: float) -> None:
         """Add ``value`` (a counter only goes up)."""
         family = self._family
-        value = _number(value)
+        value = metric_value(value)
         with family.lock:
             self._check_usable(family, "increment", (MetricKind.COUNTER, MetricKind.GAUGE))
             if family.kind is MetricKind.COUNTER and value < 0:
-                raise InvalidArgumentError(_negative_increment(family.name))
+                raise InvalidArgumentError(negative_increment_text(family.name))
             self._state.value += value
 
     def set_value(self, value: float) -> None:
         """Set a gauge's value."""
         family = self._family
-        value = _number(value)
+        value = metric_value(value)
         with family.lock:
             self._check_usable(family, "set", (MetricKind.GAUGE,))
             self._state.value = value
@@ -267,7 +272,7 @@ class Metric:
     def observe(self, value: float) -> None:
         """Count ``value`` into a histogram."""
         family = self._family
-        value = _number(value)
+        value = metric_value(value)
         with family.lock:
             self._check_usable(family, "observe", (MetricKind.HISTOGRAM,))
             state = self._state
@@ -281,71 +286,10 @@ class Metric:
         if family.deleted:
             raise InvalidArgumentError(_deleted_message())
         if family.kind not in kinds:
-            raise InvalidArgumentError(_unsupported(family.kind, operation))
+            raise InvalidArgumentError(unsupported_text(family.kind, operation))
 
     def __repr__(self) -> str:
         return f"Metric(family={self._family.name!r}, labels={self.labels})"
-
-
-def check_family(name: object, kind: object) -> None:
-    """A new family's name and kind, checked as the registry checks them.
-
-    Raises:
-        InvalidArgumentError: not a Prometheus name, or not a ``MetricKind``.
-    """
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidArgumentError(
-            f"invalid metric family name '{name}': must match [a-zA-Z_:][a-zA-Z0-9_:]*")
-    if not isinstance(kind, MetricKind):
-        raise InvalidArgumentError(f"invalid metric kind {kind!r}")
-
-
-def metric_value(value: object) -> float:
-    """A metric update's value as a float (``Metric``'s check and error text)."""
-    return _number(value)
-
-
-# What an update may be, for a metric of a live family: process-isolated models check it
-# where they run, before sending the update without waiting (backends/python/worker_*).
-_KINDS_OF = {
-    "increment": (MetricKind.COUNTER, MetricKind.GAUGE),
-    "set": (MetricKind.GAUGE,),
-    "observe": (MetricKind.HISTOGRAM,),
-    "value": (MetricKind.COUNTER, MetricKind.GAUGE),
-}
-
-
-def check_update(kind: MetricKind, family_name: str, operation: str, value: object) -> float:
-    """The checks ``Metric`` makes of an ``operation`` ("increment", "set", "observe"),
-    with its error texts; the value as a float.
-
-    Raises:
-        InvalidArgumentError: not a number, an operation the kind lacks, a counter decrement.
-    """
-    number = _number(value)
-    if kind not in _KINDS_OF[operation]:
-        raise InvalidArgumentError(_unsupported(kind, operation))
-    if kind is MetricKind.COUNTER and number < 0:
-        raise InvalidArgumentError(_negative_increment(family_name))
-    return number
-
-
-def metric_key(kind: MetricKind, labels: Mapping[str, str] | None,
-               buckets: Sequence[float] | None) -> tuple[LabelKey, tuple[float, ...] | None]:
-    """A new metric's labels and buckets, checked as ``Metric`` checks them.
-
-    Raises:
-        InvalidArgumentError: as ``Metric(...)`` does.
-    """
-    return _label_key(labels, kind), _bounds(buckets, kind)
-
-
-def _unsupported(kind: MetricKind, operation: str) -> str:
-    return f"metric of kind {kind.name} does not support '{operation}'"
-
-
-def _negative_increment(family_name: str) -> str:
-    return f"counter '{family_name}' can only be incremented by a value >= 0"
 
 
 def _release_metric(family: _FamilyState, metric: _MetricState) -> None:
@@ -357,41 +301,3 @@ def _release_metric(family: _FamilyState, metric: _MetricState) -> None:
 
 def _deleted_message() -> str:
     return "Invalid metric operation as the corresponding 'MetricFamily' has been deleted."
-
-
-def _label_key(labels: Mapping[str, str] | None, kind: MetricKind) -> LabelKey:
-    if labels is None:
-        return ()
-    if not isinstance(labels, Mapping):
-        raise InvalidArgumentError(f"metric labels must be a dict, got {type(labels).__name__}")
-    for name, value in labels.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise InvalidArgumentError(
-                f"metric labels must map str to str, got {name!r}: {value!r}")
-        if not _LABEL.match(name) or name.startswith("__"):
-            raise InvalidArgumentError(f"invalid metric label name '{name}'")
-        if kind is MetricKind.HISTOGRAM and name == "le":
-            raise InvalidArgumentError("a histogram metric cannot have a label named 'le'")
-    return tuple(sorted(labels.items()))
-
-
-def _bounds(buckets: Sequence[float] | None, kind: MetricKind) -> tuple[float, ...] | None:
-    if kind is not MetricKind.HISTOGRAM:
-        if buckets is not None:
-            raise InvalidArgumentError(f"buckets are only for histograms, not {kind.name}")
-        return None
-    if buckets is None:
-        raise InvalidArgumentError("a histogram metric needs buckets")
-    bounds = tuple(_number(b) for b in buckets)
-    if any(b >= c for b, c in zip(bounds, bounds[1:], strict=False)):
-        raise InvalidArgumentError(
-            f"histogram buckets must be strictly increasing, got {list(bounds)}")
-    if bounds and math.isinf(bounds[-1]):
-        bounds = bounds[:-1]  # +Inf is always there
-    return bounds
-
-
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"metric values must be numbers, got {value!r}")
-    return float(value)

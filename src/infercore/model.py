@@ -47,6 +47,8 @@ from .backends.base import (
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
 from .caller import Caller
 from .clock import Clock, MonotonicClock, deadline_after, seconds_until
+from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
+from .custom_metrics import CustomMetricsRegistry
 from .dispatch import Dispatch
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from .instance import ModelInstance, cpu_cores_of
@@ -77,7 +79,8 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class ModelEnvironment:
     """What the server shares with every model: time, the rate limiter, host policies,
-    tracing, and which optional latency figures the metrics configuration asks for."""
+    tracing, the custom metrics registry, and which optional latency figures the metrics
+    configuration asks for."""
 
     clock: Clock = field(default_factory=MonotonicClock)
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)
@@ -91,6 +94,8 @@ class ModelEnvironment:
     response_cache: ResponseCache | None = None
     # --ray-address: the Ray cluster of instance groups placed on Ray ("": none; docs/ray.md)
     ray_address: str = ""
+    # where models' custom metrics live (ModelContext.metrics): the process-wide registry
+    custom_metrics: CustomMetricsRegistry = CUSTOM_REGISTRY
 
 
 # Each load of a model version keys its cache entries apart (cache.request_key).

@@ -3,14 +3,19 @@ reservation of the infercore_ray_* names; no Ray needed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.grpc import model_config_pb2
 
-from infercore.custom_metrics import REGISTRY, MetricKind
+from infercore.backends.base import ModelContext
+from infercore.custom_metrics import CustomMetricsRegistry, MetricKind
 from infercore.errors import AlreadyExistsError
 from infercore.metrics import ServerMetrics
 from infercore.metrics_settings import MetricsSettings, ModelMetricFamily
 from infercore.ray.metrics import FAMILY_NAMES
+from infercore.ray.model import RayBackendModel
 from infercore.stats import ModelStats
 
 
@@ -48,6 +53,13 @@ def test_families_of_several_models_are_merged_into_one_with_model_and_version()
 
 
 def test_custom_metric_families_cannot_take_the_ray_names():
+    assert CustomMetricsRegistry().family(MetricKind.GAUGE, FAMILY_NAMES[0], "mine")
+    registry = CustomMetricsRegistry()
+    context = ModelContext(name="m", version=1, config=model_config_pb2.ModelConfig(),
+                           model_dir=Path("/r/m"), version_dir=Path("/r/m/1"),
+                           repository=Path("/r"), metrics=registry)
+    # the model reserves the names in the registry it is handed; nothing else is used here
+    RayBackendModel(None, context, {}, None)  # type: ignore[arg-type]
     for name in FAMILY_NAMES:
         with pytest.raises(AlreadyExistsError, match="one of the server's own metric families"):
-            REGISTRY.acquire_family(name, MetricKind.GAUGE, "mine")
+            registry.family(MetricKind.GAUGE, name, "mine")

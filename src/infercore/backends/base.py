@@ -8,6 +8,10 @@
     BackendInstance.execute(Payload)                            on the instance's thread
     BackendInstance.finalize(), BackendModel.finalize()         at unload, in that order
 
+What the server hands a model version comes in its ``ModelContext``: ``infer`` (BLS),
+``control`` (load and unload other models) and ``metrics`` (the custom metrics registry,
+a ``CustomMetrics``), so no backend imports the engine or its services.
+
 A backend answers each request of a payload through ``request.sender`` (from any thread,
 during or after ``execute``), so batching and decoupled models share one path. Errors a
 backend raises from ``execute`` fail that payload's unanswered requests only.
@@ -55,7 +59,7 @@ import inspect
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, ModuleType
@@ -68,6 +72,7 @@ from ..errors import InvalidArgumentError, TritonError
 if TYPE_CHECKING:
     import asyncio
 
+    from ..custom_metric_rules import MetricKind
     from ..metrics_settings import ModelMetricFamily
     from ..payload import Payload
     from ..request import InferRequest
@@ -78,6 +83,7 @@ __all__ = [
     "Backend",
     "BackendInstance",
     "BackendModel",
+    "CustomMetrics",
     "DeviceBlocking",
     "HealthReporting",
     "InstanceInfo",
@@ -118,6 +124,37 @@ class ModelControl(Protocol):
         """Whether the version (-1: the latest) is ready; False for an unknown model."""
 
 
+class CustomMetrics(Protocol):
+    """The server's custom metrics registry, as a backend sees it: where families and
+    metrics a model defines live (Triton's TRITONSERVER_MetricFamilyNew / MetricNew, which
+    a backend calls; pb_utils.MetricFamily). Process-wide in Triton and here
+    (``custom_metrics.CustomMetricsRegistry`` implements it).
+
+    Families and metrics are objects with the interface of ``custom_metrics.MetricFamily``
+    (``name``, ``kind``, ``description``) and ``custom_metrics.Metric`` (``increment``,
+    ``set_value``, ``observe``, ``value``), raising the registry's typed errors; dropping
+    the last object of a family or metric removes it, as Triton's delete calls do."""
+
+    def family(self, kind: MetricKind, name: str, description: str) -> Any:
+        """A family (one of that name and kind is shared).
+
+        Raises:
+            TritonError: a bad name, a name taken by another kind or reserved.
+        """
+
+    def metric(self, family: Any, labels: Mapping[str, str] | None,
+               buckets: Sequence[float] | None) -> Any:
+        """A metric of ``family`` (one made by ``family``); equal labels share a value.
+
+        Raises:
+            TritonError: bad labels or buckets, or the family was deleted.
+        """
+
+    def reserve(self, names: Sequence[str]) -> None:
+        """Names custom families may not take: families the backend reports itself
+        (``MetricContributor``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelContext:
     """What a backend is told about the model version it loads."""
@@ -133,6 +170,8 @@ class ModelContext:
     infer: Callable[[InferRequest], ResponseStream] | None = None
     # Loads, unloads and checks other models (pb_utils.load_model ...). Set by the server.
     control: ModelControl | None = None
+    # Where the model's custom metrics live (pb_utils.MetricFamily). Set by the server.
+    metrics: CustomMetrics | None = None
 
     @property
     def decoupled(self) -> bool:

@@ -32,6 +32,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from ..backends.base import BackendInstance, BackendModel, InstanceInfo, ModelContext, get_backend
+from ..custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from ..errors import InternalError, TritonError
 from ..payload import Payload
 from ..response import InferResponse, ResponseSender, ResponseStream
@@ -106,6 +107,9 @@ class InstanceHost:
                 repository=Path(spec.repository),
                 backend_config=dict(spec.backend_config),
                 infer=None,  # no BLS from an actor yet: there is no server here
+                # the actor process's own registry: its models' custom metrics work, but
+                # are not on the server's metrics endpoint (docs/ray.md)
+                metrics=CUSTOM_REGISTRY,
             )
             backend = get_backend(spec.backend, dict(spec.backend_config))
             self._model = backend.create_model(context)

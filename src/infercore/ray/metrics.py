@@ -18,15 +18,15 @@ run on another instance's actor (failover) counts for that instance. ``call`` mi
 ``compute_infer`` is what Ray adds: shipping, the call, the result's return.
 
 The server's metrics (metrics.py) call ``RayBackendModel.metric_families`` at scrape time
-through ``LoadedModel.metric_families``; importing this module reserves the names, so a
-custom metric family cannot take them.
+through ``LoadedModel.metric_families``; a RayBackendModel reserves ``FAMILY_NAMES`` in the
+custom metrics registry it is handed (``ModelContext.metrics``), so a custom metric family
+cannot take them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from ..metrics_settings import ModelMetricFamily
 from .instance import InstanceState, RayInstanceStatus
 
@@ -48,7 +48,6 @@ _PER_NODE = (
      "shipping the inputs to the outputs' return (compute infer included)", "call_ns", 1_000),
 )
 FAMILY_NAMES = (UP, RESTARTS, *(name for name, _, _, _ in _PER_NODE))
-CUSTOM_REGISTRY.reserve(FAMILY_NAMES)
 
 
 def instance_families(statuses: Sequence[RayInstanceStatus]) -> tuple[ModelMetricFamily, ...]:

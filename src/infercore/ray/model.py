@@ -28,7 +28,7 @@ from typing import Any
 from ..backends.base import Backend, BackendInstance, BackendModel, InstanceInfo, ModelContext
 from ..metrics_settings import ModelMetricFamily
 from .instance import Cluster, InstanceState, RayInstance, RayInstanceStatus
-from .metrics import instance_families
+from .metrics import FAMILY_NAMES, instance_families
 from .placement import RayPlacement
 
 __all__ = ["RayBackendModel"]
@@ -55,6 +55,8 @@ class RayBackendModel:
         self._turn = 0
         # Sequences belong to one instance: their payloads never move to another.
         self._failover = not context.config.HasField("sequence_batching")
+        if context.metrics is not None:
+            context.metrics.reserve(FAMILY_NAMES)  # families metric_families reports
 
     @property
     def context(self) -> ModelContext:

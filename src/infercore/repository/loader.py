@@ -241,6 +241,7 @@ class ModelLoader:
                                             backend.name if backend is not None else ""),
             infer=infer,
             control=self._control,
+            metrics=self._environment.custom_metrics,
         )
         model = LoadedModel(context, backend, self._environment, describe=describe)
         model.load()

@@ -40,6 +40,7 @@ from .isolated import IsolatedModel, default_execution_mode, isolation_from_conf
 from .loader import LAZY_SIBLINGS, load_model_class, model_package, unload_model_class
 from .model_config_api import ModelConfig, config_to_json
 from .pb_error import python_error_text
+from .pb_metrics import use_metrics_backend
 from .pb_request import (
     InferenceRequest,
     InferenceResponse,
@@ -165,6 +166,11 @@ class PythonBackend:
     def create_in_thread_model(self, context: ModelContext) -> PythonModel:
         """Import model.py here; its instances run in this process."""
         assembly = batch_assembly_from_config(context.config, context.name)
+        if context.metrics is not None:
+            # pb_utils metrics are process-wide (Triton's are): made from now on, at the
+            # model's import too, they live in the registry the server handed over. A
+            # worker installed its own (worker_runtime.py) and hands none.
+            use_metrics_backend(context.metrics)
         model_class = load_model_class(
             _model_file(context.config, context.version_dir),
             repository=context.repository,

@@ -208,6 +208,7 @@ class IsolatedModel:
             start_timeout_s=self._timeout_s,
             infer=context.infer,
             control=context.control,
+            metrics=context.metrics,
         )
         instance = IsolatedInstance(settings)
         instance.start()

@@ -1,13 +1,14 @@
 """The server's side of a worker's custom metrics: the registry objects it holds for them.
 
 A process-isolated model's ``pb_utils.MetricFamily`` and ``Metric`` objects live in its
-worker (worker_metrics.py); each has a twin here, a ``custom_metrics.MetricFamily`` or
-``Metric`` of this process's registry, created, updated, read and dropped by the worker's
-METRIC frames. So the families appear on the metrics endpoint, share names with other
-models' families, and follow the registry's rules and error texts, as in-thread models'
-do. When the worker ends (unload, crash) its twins are dropped: a family nobody else holds
-leaves the metrics, as when an in-thread model is unloaded. A restarted worker creates its
-metrics afresh, from zero (its ``initialize`` runs again).
+worker (worker_metrics.py); each has a twin here, a family or metric of the registry the
+engine handed to the model (``ModelContext.metrics``, a ``backends.base.CustomMetrics``),
+created, updated, read and dropped by the worker's METRIC frames. So the families appear
+on the metrics endpoint, share names with other models' families, and follow the
+registry's rules and error texts, as in-thread models' do. When the worker ends (unload,
+crash) its twins are dropped: a family nobody else holds leaves the metrics, as when an
+in-thread model is unloaded. A restarted worker creates its metrics afresh, from zero (its
+``initialize`` runs again).
 
 Threads: only the worker's event thread calls ``handle`` and ``close``, in frame order, so
 the table needs no lock; the registry objects lock themselves.
@@ -18,8 +19,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...custom_metrics import Metric, MetricFamily, MetricKind
-from ...errors import InternalError, TritonError
+from ...custom_metric_rules import MetricKind
+from ...errors import InternalError, TritonError, UnavailableError
+from ..base import CustomMetrics
 from .worker_protocol import (
     METRIC_REPLY,
     OP_DROP,
@@ -39,9 +41,10 @@ logger = logging.getLogger(__name__)
 class WorkerMetrics:
     """The registry objects one worker's metric operations act on, by handle."""
 
-    def __init__(self, instance_name: str) -> None:
+    def __init__(self, instance_name: str, registry: CustomMetrics | None) -> None:
         self._name = instance_name
-        self._objects: dict[int, MetricFamily | Metric] = {}
+        self._registry = registry  # None: a model loaded without a server
+        self._objects: dict[int, Any] = {}  # handle -> the registry's family or metric
 
     @property
     def held(self) -> int:
@@ -69,19 +72,18 @@ class WorkerMetrics:
     def _apply(self, operation: int, handle: int, arguments: list[Any]) -> Any:
         if operation == OP_FAMILY:
             name, description, kind = arguments
-            self._objects[handle] = MetricFamily(MetricKind(kind), name, description)
+            self._objects[handle] = self._registry_of().family(
+                MetricKind(kind), name, description)
             return None
         if operation == OP_METRIC:
             family_handle, labels, buckets = arguments
             family = self._objects[family_handle]
-            assert isinstance(family, MetricFamily)
-            self._objects[handle] = Metric(family, dict(labels), buckets)
+            self._objects[handle] = self._registry_of().metric(family, dict(labels), buckets)
             return None
         if operation == OP_DROP:
             self._objects.pop(handle, None)  # the last holder removes it from the registry
             return None
         metric = self._objects[handle]
-        assert isinstance(metric, Metric)
         if operation == OP_INCREMENT:
             metric.increment(arguments[0])
         elif operation == OP_SET:
@@ -93,6 +95,12 @@ class WorkerMetrics:
         else:
             raise InternalError(f"unknown metric operation {operation}")
         return None
+
+    def _registry_of(self) -> CustomMetrics:
+        if self._registry is None:
+            raise UnavailableError(
+                "custom metrics are kept by the server, and this model was loaded without one")
+        return self._registry
 
     def close(self) -> None:
         """The worker is gone: drop everything it held."""

@@ -58,7 +58,7 @@ from typing import Any
 
 from ...errors import InternalError, error_from_code
 from ...payload import Payload
-from ..base import InstanceInfo, ModelControl
+from ..base import CustomMetrics, InstanceInfo, ModelControl
 from .isolated_bls import BlsCalls, Infer
 from .isolated_inflight import Inflight, InflightTable, fail
 from .isolated_metrics import WorkerMetrics
@@ -118,6 +118,7 @@ class WorkerSettings:
     start_timeout_s: float
     infer: Infer | None = None  # the server's infer, for the model's BLS calls
     control: ModelControl | None = None  # the server's, for the model's load_model ...
+    metrics: CustomMetrics | None = None  # the server's registry, for the model's metrics
 
 
 class WorkerUnreachable(Exception):
@@ -168,7 +169,7 @@ class WorkerHandle:
         self._event_thread: threading.Thread | None = None
         self._inflight: InflightTable | None = None
         self._event_write_lock = threading.Lock()
-        self._metrics = WorkerMetrics(self._name)
+        self._metrics = WorkerMetrics(self._name, settings.metrics)
         # Event frames handled so far (the event thread's count; "infinite" once it ended),
         # and the executing thread waiting for more of them (see _await_events).
         self._events_handled = 0

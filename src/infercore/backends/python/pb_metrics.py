@@ -1,5 +1,5 @@
 """pb_utils custom metrics: ``MetricFamily`` and its ``Metric``, as Triton's Python backend
-has them, over infercore's process-wide registry (custom_metrics.py).
+has them, over the server's process-wide registry (custom_metrics.py).
 
     family = pb_utils.MetricFamily(name="my_latency_ns", description="...",
                                    kind=pb_utils.MetricFamily.COUNTER)
@@ -12,9 +12,15 @@ keeps its first kind, labels map str to str, and a metric whose family object wa
 can no longer be used. As with Triton's stubs, a failed update says which one failed
 ("Failed to increment metric value: ...", likewise set, observe and get).
 
-In a process-isolated model's worker, families and metrics live in the server's registry:
-the worker installs a ``MetricsBackend`` (worker_metrics.py) whose objects forward every
-operation to the server, with the same rules and error texts.
+Where families live is this process's ``MetricsBackend``, installed before a model is
+imported: in the server, the registry the engine hands to the model
+(``ModelContext.metrics``, a ``backends.base.CustomMetrics``; the backend installs it);
+in a process-isolated model's worker, a ``MetricsBackend`` (worker_metrics.py) whose
+objects forward every operation to the server, with the same rules and error texts.
+Triton's custom metrics are process-wide, so one backend serves every model of the process.
+
+Threads: any model thread; ``_backend`` is replaced by loading threads, read once per
+family (a family's metrics go where the family went).
 """
 
 from __future__ import annotations
@@ -22,9 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ...custom_metrics import Metric as CoreMetric
-from ...custom_metrics import MetricFamily as CoreMetricFamily
-from ...custom_metrics import MetricKind
+from ...custom_metric_rules import MetricKind
 from ...errors import TritonError as CoreTritonError
 from .pb_error import TritonModelException
 
@@ -33,7 +37,8 @@ __all__ = ["Metric", "MetricFamily", "MetricsBackend", "use_metrics_backend"]
 
 class MetricsBackend(Protocol):
     """Makes the family and metric objects pb_utils wraps: objects with the interface of
-    ``custom_metrics.MetricFamily`` / ``Metric``, raising its typed errors."""
+    ``custom_metrics.MetricFamily`` / ``Metric``, raising its typed errors (the part of
+    ``backends.base.CustomMetrics`` pb_utils uses)."""
 
     def family(self, kind: MetricKind, name: str, description: str) -> Any: ...
 
@@ -41,13 +46,14 @@ class MetricsBackend(Protocol):
                buckets: Sequence[float] | None) -> Any: ...
 
 
-_backend: MetricsBackend | None = None  # None: this process's registry
+_backend: MetricsBackend | None = None  # None: no server handed one to this process yet
 
 
-def use_metrics_backend(backend: MetricsBackend | None) -> None:
-    """Where this process's pb_utils metrics live from now on (a worker sets it once)."""
+def use_metrics_backend(backend: MetricsBackend | None) -> MetricsBackend | None:
+    """Where this process's pb_utils metrics live from now on; the one before."""
     global _backend
-    _backend = backend
+    previous, _backend = _backend, backend
+    return previous
 
 
 class Metric:
@@ -55,7 +61,7 @@ class Metric:
 
     __slots__ = ("_metric",)
 
-    def __init__(self, metric: Any) -> None:  # a CoreMetric, or its worker-side twin
+    def __init__(self, metric: Any) -> None:  # a custom_metrics.Metric, or its worker twin
         self._metric = metric
 
     # Triton's stubs prefix each operation's error with what failed.
@@ -85,23 +91,25 @@ class MetricFamily:
     GAUGE = MetricKind.GAUGE
     HISTOGRAM = MetricKind.HISTOGRAM
 
-    __slots__ = ("_family",)
+    __slots__ = ("_family", "_backend")
 
     def __init__(self, name: str, description: str, kind: MetricKind) -> None:
         backend = _backend
+        if backend is None:
+            raise TritonModelException(
+                "Error when creating MetricFamily: custom metrics are kept by the server, "
+                "and no server loaded a Python model in this process")
         try:
-            self._family = (CoreMetricFamily(kind, name, description) if backend is None
-                            else backend.family(kind, name, description))
+            self._family = backend.family(kind, name, description)
         except CoreTritonError as exc:
             raise TritonModelException(f"Error when creating MetricFamily: {exc.message}"
                                        ) from exc
+        self._backend = backend
 
     def Metric(self, labels: Mapping[str, str] | None = None,  # noqa: N802 - Triton's name
                buckets: Sequence[float] | None = None) -> Metric:
-        backend = _backend
         try:
-            return Metric(CoreMetric(self._family, labels, buckets) if backend is None
-                          else backend.metric(self._family, labels, buckets))
+            return Metric(self._backend.metric(self._family, labels, buckets))
         except CoreTritonError as exc:
             raise TritonModelException(f"Error when creating Metric: {exc.message}") from exc
 

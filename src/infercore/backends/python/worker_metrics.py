@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...custom_metrics import (
+from ...custom_metric_rules import (
     MetricKind,
     check_family,
     check_update,
