@@ -21,9 +21,14 @@ The order follows what probes and clients expect of a server process:
    (a model's execute never returns), "Exit timeout expired. Exiting immediately." is
    logged and the process ends at once with status 1, as tritonserver's does.
 
+Starting and stopping the frontends is serving.py's: each one the flags ask for becomes an
+endpoint of the server (``serve_frontend``), and ``Server.stop`` stops them in order. What
+is left here is the process: signals, the startup tables, the exit status, and the hard
+exit when the engine cannot stop by the deadline.
+
 Threads: everything here runs on the main thread (signal handlers need it), except the
-concurrent frontend stops and the engine stop, which run on short-lived threads named
-``infercore-stop-*`` so the deadline can be kept.
+stop, which runs on a short-lived thread ``infercore-stop-server`` (it stops the frontends
+on threads of its own, serving.py) so the deadline can be kept.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -47,6 +51,7 @@ from .memory import limit_arenas, map_large_buffers
 from .options import ModelControlMode, Options, RateLimitMode
 from .repository.states import ModelIndexEntry
 from .server import Server
+from .serving import Frontend, serve_frontend
 from .supervisor import notify_serving
 
 __all__ = ["ServeExtras", "StopSignals", "format_table", "model_table", "options_table",
@@ -54,21 +59,13 @@ __all__ = ["ServeExtras", "StopSignals", "format_table", "model_table", "options
 
 logger = logging.getLogger("infercore.launch")
 
-_STOP_GRACE = 2.0  # seconds past the deadline before a stuck engine stop is abandoned
+# seconds past the deadline before a stuck stop is abandoned: the frontends' threads and
+# the metrics endpoint stop after the deadline's work (loop_thread.py's join grace)
+_STOP_GRACE = 7.0
 
 _CONTROL_MODES = {ModelControlMode.NONE: "MODE_NONE", ModelControlMode.POLL: "MODE_POLL",
                   ModelControlMode.EXPLICIT: "MODE_EXPLICIT"}
 _RATE_LIMIT = {RateLimitMode.OFF: "OFF", RateLimitMode.EXEC_COUNT: "EXEC_COUNT"}
-
-
-class Frontend(Protocol):
-    # started once the startup loads are done (it needs the loaded models), not before
-    starts_after_load: bool
-    label: str
-
-    def start(self) -> None: ...
-
-    def stop(self, timeout: float = 30.0) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +165,9 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
     """Run a Server and the frontends ``args`` ask for until a signal; the exit status.
 
     ``frontend_modules`` each have ``from_args(server, args)`` returning a frontend or
-    None; the metrics module's frontend is started with the others but stopped last, and
-    one that ``starts_after_load`` (Vertex AI's) once the startup loads are done.
+    None; each frontend becomes one of the server's endpoints (serving.py), which also
+    stops them in order. One that ``starts_after_load`` (Vertex AI's) starts once the
+    startup loads are done.
     """
     map_large_buffers()  # large tensors go back to the system when freed (memory.py)
     limit_arenas()  # and what large requests leave in threads' heaps too
@@ -183,24 +181,14 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
             return 1
         for note in (extras.notes if extras is not None else ()):
             logger.warning("%s", note)
-        network: list[Frontend] = []
-        late: list[Frontend] = []
-        after_load: list[Frontend] = []
-        from .frontends.metrics import MetricsFrontend
-
+        frontends = [frontend for module in (frontend_modules if args is not None else ())
+                     if (frontend := module.from_args(server, args)) is not None]
         try:
-            for module in frontend_modules if args is not None else ():
-                frontend = module.from_args(server, args)
-                if frontend is None:
-                    continue
-                if frontend.starts_after_load:
-                    after_load.append(frontend)
-                    continue
-                frontend.start()
-                (late if isinstance(frontend, MetricsFrontend) else network).append(frontend)
-        except (OSError, TritonError) as exc:
-            logger.error("failed to start a frontend: %s", exc)
-            _stop_frontends(network + late, time.monotonic())
+            for frontend in frontends:
+                if not frontend.starts_after_load:
+                    _serve_frontend(server, frontend)
+        except TritonError as exc:
+            logger.error("failed to start a frontend: %s", exc.message)
             server.stop(0.0)  # nothing loaded yet; closes the trace and log files
             return 1
         try:
@@ -208,7 +196,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
         except TritonError as exc:
             logger.info("\n%s", model_table(server.repository_index()))
             report_creation_failure(exc)
-            _stop_frontends(network + late, time.monotonic() + float(options.exit_timeout))
+            server.stop()  # the endpoints, within the exit timeout
             return 1
         table_extras = extras or ServeExtras()
         if not table_extras.extensions:
@@ -216,23 +204,22 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 table_extras, extensions=tuple(server_extensions(server)))
         logger.info("\n%s", model_table(server.repository_index()))
         logger.info("\n%s", options_table(options, table_extras))
-        for frontend in after_load:
+        for frontend in frontends:
+            if not frontend.starts_after_load:
+                continue
             try:
-                frontend.start()
-            except (OSError, TritonError) as exc:
-                _stop_frontends(network + late, time.monotonic() + float(options.exit_timeout))
-                server.stop(float(options.exit_timeout))
-                detail = (f"{exc.code_name} - {exc.message}" if isinstance(exc, TritonError)
-                          else str(exc))
+                _serve_frontend(server, frontend)
+            except TritonError as exc:
+                server.stop()
                 # tritonserver's last words when an endpoint cannot start
-                logger.error("failed to start %s service: %s", frontend.label, detail)
+                logger.error("failed to start %s service: %s - %s", frontend.label,
+                             exc.code_name, exc.message)
                 return 1
-            network.append(frontend)
         logger.info("infercore is serving %d model version(s); press Ctrl-C to stop",
                     sum(1 for e in server.repository_index() if e.state.value == "READY"))
         notify_serving()
         signals.requested.wait()
-        if not shutdown(server, network, late, float(options.exit_timeout)):
+        if not shutdown(server, float(options.exit_timeout)):
             # Threads stuck in a model would keep the interpreter from exiting.
             logging.shutdown()
             os._exit(1)
@@ -241,51 +228,36 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
         signals.restore()
 
 
+class _CommandLineFrontend(Frontend, Protocol):
+    kind: str  # the endpoint's kind: "http", "grpc", "metrics", "sagemaker", ...
+    address: str
+    starts_after_load: bool  # needs the loaded models (Vertex AI's picks its default)
+
+
+def _serve_frontend(server: Server, frontend: _CommandLineFrontend) -> None:
+    serve_frontend(server, frontend.kind, frontend, address=frontend.address,
+                   port=frontend.port)
+
+
 def report_creation_failure(error: TritonError) -> None:
     """tritonserver's last words when the server cannot be created."""
     print(f"error: creating server: {error.code_name} - {error.message}", file=sys.stderr,
           flush=True)
 
 
-def shutdown(server: Server, network: Sequence[Frontend], late: Sequence[Frontend],
-             exit_timeout: float) -> bool:
-    """Stop accepting, drain, unload and finalize within ``exit_timeout``.
-
-    Returns False when the engine is still stopping past the deadline (plus a grace).
-    """
-    deadline = time.monotonic() + max(0.0, exit_timeout)
+def shutdown(server: Server, exit_timeout: float) -> bool:
+    """Stop accepting, drain, unload and finalize within ``exit_timeout`` (Server.stop,
+    in serving.py's order), on a thread of its own so the deadline holds even when a
+    model's execute never returns: False then (the engine is still stopping past the
+    deadline plus a grace)."""
+    exit_timeout = max(0.0, exit_timeout)
     logger.info("Waiting for in-flight requests to complete (exit timeout %gs).", exit_timeout)
-    _stop_frontends(network, deadline)
-    stopper = threading.Thread(
-        target=server.stop, kwargs={"timeout": max(0.0, deadline - time.monotonic())},
-        name="infercore-stop-server", daemon=True)
+    stopper = threading.Thread(target=server.stop, kwargs={"timeout": exit_timeout},
+                               name="infercore-stop-server", daemon=True)
     stopper.start()
-    stopper.join(max(0.0, deadline - time.monotonic()) + _STOP_GRACE)
+    stopper.join(exit_timeout + _STOP_GRACE)
     if stopper.is_alive():
         logger.error("Exit timeout expired. Exiting immediately.")
-        _stop_frontends(late, time.monotonic())
         return False
-    _stop_frontends(late, time.monotonic() + _STOP_GRACE)
     logger.info("infercore stopped")
     return True
-
-
-def _stop_frontends(frontends: Sequence[Frontend], deadline: float) -> None:
-    """Stop all at once (none keeps accepting while another drains), by ``deadline``."""
-    threads = []
-    for frontend in frontends:
-        remaining = max(0.0, deadline - time.monotonic())
-        thread = threading.Thread(target=_stop_one, args=(frontend, remaining),
-                                  name="infercore-stop-frontend", daemon=True)
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        # A frontend's own stop is bounded; the grace covers joining its threads.
-        thread.join(max(0.0, deadline - time.monotonic()) + _STOP_GRACE + 5.0)
-
-
-def _stop_one(frontend: Frontend, timeout: float) -> None:
-    try:
-        frontend.stop(timeout)
-    except Exception:  # noqa: BLE001 - one frontend failing must not stop the shutdown
-        logger.exception("failed to stop a frontend cleanly")

@@ -227,20 +227,18 @@ class Server(HandleEngine, StartStop):
             endpoints, self._endpoints = list(self._endpoints.values()), {}
         clock = self.options.clock
         deadline = deadline_after(clock, self._exit_timeout if timeout is None else timeout)
-        late = [endpoint for endpoint in endpoints if endpoint.kind == "metrics"]
-        if endpoints:
-            from .serving import stop_endpoints
+        from .serving import stop_in_order
 
-            # The frontends are edges: their sockets drain in real seconds (clock.py).
-            stop_endpoints([e for e in endpoints if e.kind != "metrics"],
-                           seconds_until(clock, deadline))
+        # The frontends are edges: their sockets drain in real seconds (clock.py).
+        stop_in_order(endpoints, seconds_until(clock, deadline),
+                      lambda: self._stop_engine(seconds_until(clock, deadline)))
+
+    def _stop_engine(self, timeout: float) -> None:
         if self._poller is not None:
             self._poller.stop()  # a poll in progress finishes first
-        self._manager.unload_all(timeout=seconds_until(clock, deadline))
+        self._manager.unload_all(timeout=timeout)
         self._tracer.close()  # writes what the trace files still hold
         self._logs.close()
-        if late:
-            stop_endpoints(late, 0.0)
 
     @property
     def exit_timeout(self) -> float:

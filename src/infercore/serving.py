@@ -22,13 +22,19 @@ one when an endpoint of its kind first starts: nothing imports ``frontends/``, s
 frontends, which use the server's public API, sit above it with no import cycle
 (docs/architecture.md).
 
-Shutdown: ``Server.stop`` stops the HTTP and gRPC endpoints first, together, sharing the
-exit timeout with the engine (they stop accepting, then let their requests finish), then
-unloads the models, then stops the metrics endpoint, as ``infercore serve`` does.
+``infercore serve`` builds its frontends from the command line (each frontend module's
+``from_args``) and hands each to ``serve_frontend``: the same Endpoint, registered on the
+server the same way, so one module starts and stops every endpoint, in-process or not.
 
-Threads: each frontend owns its threads (frontends/loop_thread.py, frontends/metrics.py);
-``start_endpoint`` and ``Endpoint.stop`` run on the caller's thread; ``stop_endpoints``
-stops several at once on short-lived threads ``infercore-stop-<kind>`` it joins.
+Shutdown (``stop_in_order``, which ``Server.stop`` calls): the HTTP, gRPC and other
+network endpoints stop first, together, within the exit timeout (they stop accepting,
+then let their requests finish), then the engine stops (``stop_engine``: unload, finalize),
+then the metrics endpoint, last, so a scrape still answers while the models unload.
+
+Threads: each frontend owns its threads (an event loop on a thread, loop_thread.py);
+``start_endpoint``, ``serve_frontend`` and ``Endpoint.stop`` run on the caller's thread;
+``stop_endpoints`` stops several at once on short-lived threads ``infercore-stop-<kind>``
+it starts and joins.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import dataclasses
 import importlib
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import AlreadyExistsError, InvalidArgumentError, UnavailableError
@@ -44,14 +51,19 @@ from .errors import AlreadyExistsError, InvalidArgumentError, UnavailableError
 if TYPE_CHECKING:
     from .server import Server
 
-__all__ = ["Endpoint", "start_endpoint", "stop_endpoints"]
+__all__ = ["Endpoint", "Frontend", "serve_frontend", "start_endpoint", "stop_endpoints",
+           "stop_in_order"]
 
 _LABELS = {"http": "HTTP", "grpc": "gRPC", "metrics": "metrics"}
 _DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
-class _Frontend(Protocol):
+class Frontend(Protocol):
+    """What an endpoint runs: a frontend of frontends/ (or a test's)."""
+
+    label: str  # "HTTP", "gRPC", "metrics", ...: in messages
+
     @property
     def port(self) -> int: ...
 
@@ -71,7 +83,7 @@ class Endpoint:
                  "_lock")
 
     def __init__(self, server: Server, kind: str, address: str, port: int,
-                 frontend: _Frontend) -> None:
+                 frontend: Frontend) -> None:
         self.kind = kind
         self.address = address
         self._requested_port = port
@@ -128,10 +140,10 @@ class Endpoint:
                 self._state = "stopped"  # a failed start leaves nothing running
             if isinstance(exc, (TypeError, ValueError)):  # e.g. thread_count=0
                 raise InvalidArgumentError(
-                    f"invalid {_LABELS[self.kind]} frontend settings: {exc}") from exc
+                    f"invalid {self._frontend.label} frontend settings: {exc}") from exc
             if isinstance(exc, OSError):  # the address cannot be bound: in use, ...
                 raise UnavailableError(
-                    f"failed to start the {_LABELS[self.kind]} frontend at {self.address}:"
+                    f"failed to start the {self._frontend.label} frontend at {self.address}:"
                     f"{self.port}: {exc.strerror or exc}") from exc
             raise
         with self._lock:
@@ -151,12 +163,19 @@ def start_endpoint(server: Server, kind: str, *, address: str | None = None,
     if kind == "metrics" and not server.options.metrics:
         raise UnavailableError(
             "metrics are disabled (Options.metrics is False): no metrics endpoint to serve")
-    endpoint = Endpoint(server, kind, address, port,
-                        _frontend(server, kind, address, port, settings))
+    return serve_frontend(server, kind, _frontend(server, kind, address, port, settings),
+                          address=address, port=port)
+
+
+def serve_frontend(server: Server, kind: str, frontend: Frontend, *, address: str,
+                   port: int) -> Endpoint:
+    """Start ``frontend`` (already built, e.g. from the command line) as ``server``'s
+    ``kind`` endpoint; raises once it cannot listen. One endpoint per kind at a time."""
+    endpoint = Endpoint(server, kind, address, port, frontend)
     running = server._add_endpoint(endpoint)
     if running is not None:
         raise AlreadyExistsError(
-            f"the {_LABELS[kind]} frontend of this server is already serving at "
+            f"the {frontend.label} frontend of this server is already serving at "
             f"{running.url}; stop it first")
     try:
         endpoint._start()
@@ -186,6 +205,17 @@ def stop_endpoints(endpoints: list[Endpoint], timeout: float) -> None:
         thread.join()  # each frontend's stop is bounded by its timeout
 
 
+def stop_in_order(endpoints: Sequence[Endpoint], timeout: float,
+                  stop_engine: Callable[[], None]) -> None:
+    """The shutdown order: the network endpoints together within ``timeout`` real
+    seconds, then ``stop_engine()``, then the metrics endpoint (at once)."""
+    stop_endpoints([e for e in endpoints if e.kind != "metrics"], timeout)
+    try:
+        stop_engine()
+    finally:
+        stop_endpoints([e for e in endpoints if e.kind == "metrics"], 0.0)
+
+
 # kind -> the frontend class and its options class ("module:attribute"), imported when an
 # endpoint of that kind first starts: nothing imports frontends/, so the engine and the
 # in-process API stay below them (docs/architecture.md, the import-linter contract)
@@ -197,7 +227,7 @@ _FRONTENDS: dict[str, tuple[str, str | None]] = {
 
 
 def _frontend(server: Server, kind: str, address: str, port: int,
-              settings: dict[str, Any]) -> _Frontend:
+              settings: dict[str, Any]) -> Frontend:
     frontend_path, options_path = _FRONTENDS[kind]
     frontend = _load(frontend_path)
     if options_path is None:

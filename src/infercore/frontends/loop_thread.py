@@ -49,7 +49,7 @@ class LoopThreadFrontend:
     kind = "frontend"  # "http", "grpc": names the threads
     label = "network"  # "HTTP", "gRPC": in messages
     service_name = "service"  # as tritonserver logs it when listening
-    starts_after_load = False  # serving (launch.py) starts it before the models load
+    starts_after_load = False  # `infercore serve` starts it before the models load
 
     def __init__(self, server: Server, address: str, executor_threads: int,
                  executor_name: str) -> None:
@@ -73,6 +73,10 @@ class LoopThreadFrontend:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(address={self._address!r}, port={self._port}, "
                 f"{self._state})")
+
+    @property
+    def address(self) -> str:
+        return self._address
 
     @property
     def port(self) -> int:

@@ -94,8 +94,9 @@ def from_args(server: Server, args: argparse.Namespace) -> MetricsFrontend | Non
 class MetricsFrontend:
     """Serves ``server.metrics()`` at ``GET /metrics``."""
 
+    kind = "metrics"  # serving.py stops it last
     label = "metrics"
-    starts_after_load = False  # serving (launch.py) starts it before the models load
+    starts_after_load = False  # `infercore serve` starts it before the models load
 
     def __init__(self, server: Server, address: str = "0.0.0.0", port: int = 8002) -> None:
         self._server = server
