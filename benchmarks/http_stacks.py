@@ -127,7 +127,9 @@ def serve(stack: str, repository: str, host: str, port: int) -> None:
         if stack.startswith("infercore"):
             # benchmark-only switches of the shipped frontend
             if stack == "infercore-asyncio":
-                http_frontend._new_event_loop = asyncio.new_event_loop
+                from infercore.frontends import loop_frontend
+
+                loop_frontend.new_event_loop = asyncio.new_event_loop
             from infercore.frontends import http_protocol
 
             if stack == "infercore-task":

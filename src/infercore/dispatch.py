@@ -30,7 +30,7 @@ earns its place by a measured figure (docs/architecture.md, "Dispatch entry poin
    instance threads (``hand_back``), which wait for the replacement.
 
 Owned loops: a frontend attaches its loop when it starts serving and detaches it before
-the loop closes (frontends/loop_thread.py). Detaching stops new chains there and finishes,
+the loop closes (frontends/loop_frontend.py). Detaching stops new chains there and finishes,
 on the detaching (loop) thread, a payload still in flight from it, so nothing is ever left
 on a closed loop. A loop that was not attached (a caller's ``asyncio.run``) is a plain
 ``Caller.LOOP``: it never starts a chain.

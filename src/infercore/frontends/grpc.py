@@ -47,7 +47,7 @@ from .grpc_core import CoreServer, DirectUnary
 from .grpc_infer import InferService
 from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
 from .grpc_stream import StreamSession
-from .loop_thread import LoopThreadFrontend
+from .loop_frontend import LoopThreadFrontend
 from .restricted import GrpcRestrictionAction, RestrictedFeatures, guard_grpc
 from .shm import SystemSharedMemory, for_clients
 

@@ -34,7 +34,7 @@ from .http_infer import KSERVE, InferDialect
 from .http_messages import HttpRequest
 from .http_protocol import WANTED_HEADERS, ConnectionSet, HttpConnection
 from .http_routes import HttpRouter, Result
-from .loop_thread import LoopThreadFrontend
+from .loop_frontend import LoopThreadFrontend
 from .restricted import HttpRestrictionAction, RestrictedFeatures, guard_http
 from .shm import SystemSharedMemory, for_clients
 

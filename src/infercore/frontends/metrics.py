@@ -6,8 +6,9 @@ server needs before models load); ``from_args`` builds the endpoint, or None wit
 ``--allow-metrics=false``.
 
 ``MetricsFrontend`` serves HTTP/1.1 (keep-alive, httptools' parser) from an asyncio loop on
-its own thread, ``infercore-metrics``, which it starts, owns and joins. Rendering happens
-on that thread: a scrape reads statistics snapshots, nothing blocks on inference.
+its own thread, ``infercore-metrics``, a ``LoopThread`` (loop_thread.py) it starts, owns and
+joins. Rendering happens on that thread: a scrape reads statistics snapshots, nothing
+blocks on inference.
 
 States: created -> started (listening) -> stopped. ``stop`` closes the listener and the
 open connections; it waits at most ``timeout`` seconds for the thread.
@@ -24,6 +25,7 @@ from typing import Any
 import httptools
 
 from ..errors import InvalidArgumentError
+from ..loop_thread import LoopThread
 from ..metrics_settings import parse_metrics_config
 from ..server import Server
 from .flag_types import boolean, integer
@@ -104,11 +106,8 @@ class MetricsFrontend:
         self._port = port
         self._state = "created"
         self._state_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._listening = threading.Event()
-        self._start_error: BaseException | None = None
+        self._loop_thread = LoopThread("infercore-metrics", owner="metrics endpoint")
+        self._listener: asyncio.Server | None = None
         self._connections: set[asyncio.Transport] = set()
 
     def __repr__(self) -> str:
@@ -125,15 +124,13 @@ class MetricsFrontend:
             if self._state != "created":
                 raise InvalidArgumentError(f"the metrics endpoint is {self._state}")
             self._state = "started"
-        self._thread = threading.Thread(target=self._run, name="infercore-metrics",
-                                        daemon=True)
-        self._thread.start()
-        self._listening.wait()
-        if self._start_error is not None:
-            self._thread.join()
+        try:
+            self._loop_thread.start().call(self._listen())
+        except BaseException:
+            self._loop_thread.stop(timeout=1.0)
             with self._state_lock:
                 self._state = "stopped"
-            raise self._start_error
+            raise
         logger.info("Started Metrics Service at %s:%d", self.address, self._port)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -142,15 +139,9 @@ class MetricsFrontend:
             previous, self._state = self._state, "stopped"
         if previous != "started":
             return
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None:
-            try:
-                loop.call_soon_threadsafe(stopping.set)
-            except RuntimeError:  # the loop already ended
-                pass
-        assert self._thread is not None
-        self._thread.join(max(0.0, timeout) + 1.0)
-        if self._thread.is_alive():
+        try:
+            self._loop_thread.stop(self._close(), timeout=max(0.0, timeout) + 1.0)
+        except TimeoutError:
             logger.error("the metrics endpoint's thread did not stop in time")
 
     def __enter__(self) -> MetricsFrontend:
@@ -160,36 +151,21 @@ class MetricsFrontend:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    # -- the loop thread -------------------------------------------------------------------
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start(), or logged
-            if not self._listening.is_set():
-                self._start_error = exc
-            else:
-                logger.exception("the metrics endpoint failed")
-        finally:
-            self._listening.set()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self) -> None:
-        self._stopping = asyncio.Event()
+    # -- on the loop's thread --------------------------------------------------------------
+    async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Connection(self), self.address,
-                                          self._port)
-        self._port = server.sockets[0].getsockname()[1]
-        self._listening.set()
-        try:
-            await self._stopping.wait()
-        finally:
-            server.close()
-            for transport in list(self._connections):
-                transport.close()
-            await server.wait_closed()
+        self._listener = await loop.create_server(lambda: _Connection(self), self.address,
+                                                  self._port)
+        self._port = self._listener.sockets[0].getsockname()[1]
+
+    async def _close(self) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        listener.close()
+        for transport in list(self._connections):
+            transport.close()
+        await listener.wait_closed()
 
     def _render(self) -> bytes:
         return self._server.metrics().encode("utf-8")

@@ -39,13 +39,13 @@ from ..errors import (
     UnsupportedError,
 )
 from ..lifecycle import StartStop
+from ..loop_thread import LoopThread
 from ..repository.states import ModelIndexEntry, ModelState
 from ..request import InferRequest
 from ..response import InferResponse, ResponseStream
 from ..stats import ModelStatistics
 from .convert import index_entry_from_json, statistics_from_json
 from .handles import RemoteHandleEngine
-from .loop import LoopThread
 from .model import RemoteModel
 from .transport import ResponseSink, Transport
 from .wire import ModelInfo, convert_inputs
@@ -118,7 +118,7 @@ class RemoteServer(RemoteHandleEngine, StartStop):
         self._certificate_chain = certificate_chain
         self._headers = dict(headers or {})
         self._exit_timeout = float(exit_timeout)
-        self._loop = LoopThread()
+        self._loop = LoopThread("infercore-remote", owner="RemoteServer")
         self._lock = threading.Lock()
         self._state = "created"
         self._transport: Transport | None = None
