@@ -211,6 +211,7 @@ def inprocess(repository: str, calls: int) -> None:
     import uvloop
 
     import infercore
+    from infercore.frontends.http_eager import Suspended
     from infercore.frontends.http_messages import HttpRequest, serialize_head
     from infercore.frontends.http_protocol import start_eagerly
 
@@ -234,7 +235,12 @@ def inprocess(repository: str, calls: int) -> None:
         request = HttpRequest("POST", "/v2/models/add_sub/infer", body, headers)
         result = router.handle(request)
         result = start_eagerly(result) if eager else asyncio.ensure_future(result)
-        if not hasattr(result, "status"):
+        if isinstance(result, Suspended):  # it waits: stepped by its future's callbacks
+            done = asyncio.get_running_loop().create_future()
+            result.finish(lambda value, error: done.set_exception(error) if error
+                          else done.set_result(value))
+            result = await done
+        elif not hasattr(result, "status"):
             result = await result
         serialize_head(result, result.body_length, True)
 

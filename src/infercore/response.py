@@ -29,6 +29,7 @@ from .tensor import Tensor
 __all__ = ["InferResponse", "ResponseSender", "ResponseStream"]
 
 _allocate_lock = threading.Lock
+_get_ident = threading.get_ident  # read on every response put
 
 
 class InlineRunner(Protocol):
@@ -82,7 +83,7 @@ class ResponseStream:
     """
 
     __slots__ = ("_request", "_raise_on_error", "_lock", "_items", "_done", "_waiter",
-                 "_future", "_runner", "_callback", "__weakref__")
+                 "_future", "_future_thread", "_runner", "_callback", "__weakref__")
 
     def __init__(
         self,
@@ -98,6 +99,7 @@ class ResponseStream:
         self._done = False
         self._waiter: Any = None  # a held lock a sync consumer parks on
         self._future: asyncio.Future[None] | None = None
+        self._future_thread = 0  # the thread of the loop that awaits ``_future``
         # Set by the model when the first consumer to block may run the queued request
         # itself (taken by that consumer, so it is tried once).
         self._runner: InlineRunner | None = None
@@ -125,15 +127,18 @@ class ResponseStream:
                 self._done = True
             waiter, self._waiter = self._waiter, None
             future, self._future = self._future, None
+            consumer_thread = self._future_thread
         if waiter is not None:
             waiter.release()
         if future is not None:
-            loop = future.get_loop()
-            if asyncio._get_running_loop() is loop:
+            # The consumer awaits ``future`` on its loop's thread, which runs no other loop
+            # meanwhile: produced on that thread is produced on its loop (public and cheaper
+            # than asking asyncio for the running loop; benchmarks/asyncio_private.py).
+            if _get_ident() == consumer_thread:
                 _wake(future)  # produced on the consumer's own loop: no self-pipe write
                 return
             try:
-                loop.call_soon_threadsafe(_wake, future)
+                future.get_loop().call_soon_threadsafe(_wake, future)
             except RuntimeError:  # the consumer's loop is closed: nobody is waiting
                 pass
 
@@ -252,7 +257,7 @@ class ResponseStream:
                 if self._done:
                     raise StopAsyncIteration
                 future = asyncio.get_running_loop().create_future()
-                self._future = future
+                self._future, self._future_thread = future, _get_ident()
             try:
                 await future
             except asyncio.CancelledError:

@@ -200,3 +200,42 @@ async def test_yielding_something_other_than_a_future_is_an_error():
     [(response, error)] = outcome.calls
     assert response is None and isinstance(error, RuntimeError)
     assert "not a future" in str(error)
+
+
+async def test_a_future_a_handler_waited_on_can_be_awaited_by_a_task_too():
+    # Suspended leaves the future's "blocking" mark as ``await`` set it (only public
+    # asyncio): a Task awaiting the same future, before and after, is not disturbed.
+    future = asyncio.get_running_loop().create_future()
+
+    async def handler() -> HttpResponse:
+        return HttpResponse(await future)
+
+    async def also_waits() -> int:
+        return await future
+
+    task = asyncio.ensure_future(also_waits())
+    await asyncio.sleep(0)  # the Task waits on the future first
+    outcome = Outcome()
+    _suspend(handler()).finish(outcome)
+    future.set_result(202)
+    await outcome.reported
+    assert outcome.calls[0][0].status == 202 and outcome.calls[0][1] is None
+    assert await task == 202
+    assert await also_waits() == 202  # and once done, awaited again at once
+
+
+async def test_a_handler_that_yields_something_else_than_a_future_fails_clearly():
+    class NotAFuture:
+        def __await__(self):
+            yield "nope"
+
+    async def handler() -> HttpResponse:
+        await NotAFuture()
+        return OK
+
+    outcome = Outcome()
+    _suspend(handler()).finish(outcome)
+    await outcome.reported
+    result, error = outcome.calls[0]
+    assert result is None and isinstance(error, RuntimeError)
+    assert "yielded 'nope', not a future" in str(error)

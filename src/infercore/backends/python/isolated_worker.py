@@ -692,7 +692,7 @@ class WorkerHandle:
         again (it reads nothing meanwhile); one that does not get to it within
         ``wait_s`` is left to find the descriptor closed."""
         fd = self._answers.fileno()
-        if asyncio._get_running_loop() is loop:
+        if _running_loop() is loop:
             loop.remove_reader(fd)
             return
         removed = threading.Event()
@@ -727,3 +727,10 @@ class WorkerHandle:
         if events is not None:
             with self._event_write_lock:  # not under a BLS answer being written
                 events.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # this thread runs no loop
+        return None
