@@ -94,6 +94,12 @@ class _Child:
                 data = os.read(self._pipe, len(_SERVING))
                 self.serving = self.serving or data == _SERVING
                 pipe_open = bool(data) and not self.serving
+        if not self.serving:
+            # The child may have said so and exited between two polls: its line is still
+            # in the pipe (never block here: a grandchild may hold the write end open).
+            ready, _, _ = select.select([self._pipe], [], [], 0)
+            if ready:
+                self.serving = os.read(self._pipe, len(_SERVING)) == _SERVING
         os.close(self._pipe)
         # a signal arriving meanwhile runs its handler (which forwards it) and the wait
         # goes on (PEP 475)
