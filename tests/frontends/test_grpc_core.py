@@ -1,4 +1,5 @@
-"""grpc_core's server and grpc_bridge, driven by a real grpc channel, with small handlers."""
+"""grpc_core's server and grpc_bridge, driven by a real grpc channel, with small handlers
+of each kind (DirectUnary on the queue thread, LoopUnary and LoopStream on a loop)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import grpc
 import pytest
 
 from infercore.frontends.grpc_bridge import LoopBridge
-from infercore.frontends.grpc_core import CoreServer, DirectUnary, UnaryCall
+from infercore.frontends.grpc_core import CoreServer, DirectUnary, LoopStream, LoopUnary, UnaryCall
 
 SERVICE = "/test.Service/"
 
@@ -101,8 +102,8 @@ def core() -> Iterator[Fixture]:
         SERVICE + "Refuse": DirectUnary(_direct_refuse),
         SERVICE + "Park": DirectUnary(_direct_park),
         SERVICE + "Buggy": DirectUnary(_direct_buggy),
-        SERVICE + "Upper": grpc.unary_unary_rpc_method_handler(_bridged_upper),
-        SERVICE + "Stream": grpc.stream_stream_rpc_method_handler(_bridged_stream),
+        SERVICE + "Upper": LoopUnary(_bridged_upper),
+        SERVICE + "Stream": LoopStream(_bridged_stream),
     }
     server = CoreServer((), handlers, LoopBridge(loop))
     port = server.add_port("127.0.0.1:0", None)

@@ -15,7 +15,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from infercore import InvalidArgumentError, Server
 from infercore.frontends import grpc as grpc_frontend
 from infercore.frontends import shm
-from infercore.frontends.grpc import TRANSPORTS, GrpcFrontend, GrpcOptions
+from infercore.frontends.grpc import GrpcFrontend, GrpcOptions
 from infercore.frontends.shm import registry_for
 
 
@@ -36,7 +36,6 @@ def test_flags_default_to_tritonservers_values():
     assert args.grpc_http2_max_ping_strikes == 2
     assert args.grpc_infer_response_compression_level == "none"
     assert args.grpc_max_message_size == 2**31 - 1
-    assert args.grpc_transport == "core"
 
 
 def test_flags_become_options(add_sub_repo):
@@ -45,15 +44,13 @@ def test_flags_become_options(add_sub_repo):
                  "--grpc-keepalive-time", "1000", "--grpc-keepalive-permit-without-calls", "1",
                  "--grpc-max-connection-age", "60000", "--grpc-max-message-size", "1024",
                  "--grpc-infer-response-compression-level", "high",
-                 "--grpc-infer-allocation-pool-size", "8", "--reuse-grpc-port", "true",
-                 "--grpc-transport", "aio")
+                 "--grpc-infer-allocation-pool-size", "8", "--reuse-grpc-port", "true")
     frontend = grpc_frontend.from_args(Server(model_repository=add_sub_repo.path), args)
     assert isinstance(frontend, GrpcFrontend)
     options = frontend.options
     assert (options.port, options.address, options.use_ssl) == (0, "127.0.0.1", True)
     assert (options.server_cert, options.server_key) == ("c.pem", "k.pem")
     assert options.response_compression == "high" and options.reuse_port is True
-    assert options.transport == "aio"
     channel_args = dict(options.channel_args())
     assert channel_args["grpc.keepalive_time_ms"] == 1000
     assert channel_args["grpc.keepalive_permit_without_calls"] == 1
@@ -71,7 +68,8 @@ def test_allow_grpc_false_builds_no_frontend(add_sub_repo):
 @pytest.mark.parametrize("flags", [["--grpc-infer-response-compression-level", "max"],
                                    ["--grpc-port", "4294967296"],
                                    ["--grpc-keepalive-time", "zero"],
-                                   ["--grpc-transport", "fast"]])
+                                   # one transport: the flag that chose one is gone
+                                   ["--grpc-transport", "aio"]])
 def test_invalid_flag_values_are_refused(flags, capsys):
     with pytest.raises(SystemExit):
         parse(*flags)
@@ -89,15 +87,13 @@ def _frontend_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("infercore-grpc")]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_start_listens_on_a_free_port_and_stop_joins_its_threads(server, transport):
-    frontend = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=0,
-                                                transport=transport))
+def test_start_listens_on_a_free_port_and_stop_joins_its_threads(server):
+    frontend = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=0))
     frontend.start()
     try:
         assert frontend.port > 0 and "infercore-grpc" in _frontend_threads()
-        # the core transport polls gRPC core's queue on a thread of its own
-        assert ("infercore-grpc-cq" in _frontend_threads()) == (transport == "core")
+        # gRPC core's queue is polled on a thread of its own
+        assert "infercore-grpc-cq" in _frontend_threads()
         with grpc.insecure_channel(f"127.0.0.1:{frontend.port}") as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             assert stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live
@@ -122,13 +118,11 @@ def test_start_listens_on_a_free_port_and_stop_joins_its_threads(server, transpo
         frontend.start()
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_port_in_use_raises_os_error(server, transport):
+def test_a_port_in_use_raises_os_error(server):
     first = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=0))
     first.start()
     try:
-        second = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=first.port,
-                                                  transport=transport))
+        second = GrpcFrontend(server, GrpcOptions(address="127.0.0.1", port=first.port))
         with pytest.raises(OSError, match="already in use"):
             second.start()
     finally:

@@ -8,6 +8,7 @@ import grpc
 import pytest
 
 from infercore.errors import InvalidArgumentError
+from infercore.frontends.grpc_core import Handler, LoopStream, LoopUnary
 from infercore.frontends.http_messages import HttpRequest, HttpResponse
 from infercore.frontends.restricted import (
     CATEGORIES,
@@ -151,9 +152,8 @@ def test_grpc_guard_checks_the_prefixed_metadata_of_restricted_methods():
     async def stream(requests: object, context: _Context) -> None:
         return None
 
-    handlers = {"ModelInfer": grpc.unary_unary_rpc_method_handler(infer),
-                "ServerLive": grpc.unary_unary_rpc_method_handler(infer),
-                "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(stream)}
+    handlers: dict[str, Handler] = {"ModelInfer": LoopUnary(infer), "ServerLive": LoopUnary(infer),
+                                    "ModelStreamInfer": LoopStream(stream, bytes)}
     features = RestrictedFeatures.parse(
         ["inference:Infer-Key=v"], option="grpc-restricted-protocol", kind="protocol",
         header_prefix="triton-grpc-protocol-")
@@ -161,7 +161,7 @@ def test_grpc_guard_checks_the_prefixed_metadata_of_restricted_methods():
     assert guarded["ServerLive"] is handlers["ServerLive"]
 
     async def run() -> None:
-        unary = guarded["ModelInfer"].unary_unary
+        unary = guarded["ModelInfer"].behavior
         refused = _Context(())
         with pytest.raises(_Aborted):
             await unary(b"", refused)
@@ -173,7 +173,9 @@ def test_grpc_guard_checks_the_prefixed_metadata_of_restricted_methods():
             await unary(b"", wrong)
         allowed = _Context((("triton-grpc-protocol-infer-key", "v"),))
         assert await unary(b"", allowed) == b"answer"
-        streaming = guarded["ModelStreamInfer"].stream_stream
+        streaming = guarded["ModelStreamInfer"]
+        assert isinstance(streaming, LoopStream) and streaming.serialize is bytes
+        streaming = streaming.behavior
         with pytest.raises(_Aborted):
             await streaming(iter(()), _Context(()))
         assert await streaming(iter(()), allowed) is None

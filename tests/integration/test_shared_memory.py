@@ -271,14 +271,13 @@ class TritonPythonModel:
 UNREGISTERED = "200 "  # as current Triton: accepted, in effect once the request is answered
 
 
-@pytest.fixture(scope="module", params=["core", "aio"])
-def unregistering(request, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[ServeProcess]:
-    root = tmp_path_factory.mktemp(f"shm-in-use-{request.param}")
+@pytest.fixture(scope="module")
+def unregistering(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    root = tmp_path_factory.mktemp("shm-in-use")
     repo = RepositoryBuilder(root / "models")
     repo.add_model("unregistering", config=UNREGISTERING_CONFIG, model_py=UNREGISTERING_PY)
     process = ServeProcess(root / "server.log", f"--model-repository={repo.path}",
-                           "--allow-client-shm=true", f"--grpc-transport={request.param}")
+                           "--allow-client-shm=true")
     process.wait_ready()
     try:
         yield process

@@ -5,15 +5,13 @@ builds the frontend they ask for. ``GrpcFrontend`` serves one Server over gRPC c
 the ``inference.GRPCInferenceService`` messages from tritonclient, plus
 grpc.health.v1's Check, as tritonserver does.
 
-Transports (``GrpcOptions.transport``): ``core`` (the default) takes calls from gRPC
-core's completion queue on a thread of its own and answers ModelInfer there
-(grpc_core.py); the other methods run on the event loop (grpc_bridge.py). ``aio`` runs
-every method on grpc.aio's server instead: slower, kept for grpcio releases whose
-Cython layer grpc_core.py cannot use.
+One transport (grpc_core.py): calls are taken from gRPC core's completion queue on a
+thread of its own, which answers ModelInfer there (a ``DirectUnary``); the other methods
+are loop handlers (``LoopUnary``, ``LoopStream``) run on the event loop (grpc_bridge.py).
 
 Threads: ``start`` and ``stop`` run on the owner's thread. The frontend owns the thread
 ``infercore-grpc``, running the event loop on which the methods other than ModelInfer
-run, the completion-queue thread ``infercore-grpc-cq`` (core transport), and a small
+run, the completion-queue thread ``infercore-grpc-cq``, and a small
 pool, ``infercore-grpc-repository-*``, for the blocking model load/unload RPCs. It starts
 and joins them all.
 
@@ -30,7 +28,6 @@ import argparse
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +35,11 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from ..caller import Caller
 from ..errors import InvalidArgumentError
 from ..server import Server
 from .flag_types import boolean, int_at_least, integer
 from .grpc_bridge import LoopBridge
-from .grpc_core import CoreServer, DirectUnary
+from .grpc_core import CallContext, CoreServer, Handler, LoopStream
 from .grpc_infer import InferService
 from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
 from .grpc_stream import StreamSession
@@ -56,7 +52,6 @@ __all__ = ["GrpcFrontend", "GrpcOptions", "add_arguments", "from_args"]
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 2**31 - 1  # tritonserver's fixed limit (INT32_MAX), tritonclient's too
-TRANSPORTS = ("core", "aio")
 
 # --grpc-infer-response-compression-level -> the algorithm gRPC core picks for that level
 # when the peer accepts gzip and deflate (as every gRPC client does): low is gzip, medium
@@ -93,7 +88,6 @@ class GrpcOptions:
     max_connection_age_ms: int = 0  # 0: unlimited
     max_connection_age_grace_ms: int = 0  # 0: unlimited
     repository_thread_count: int = 4  # threads for blocking load / unload RPCs
-    transport: str = "core"  # one of TRANSPORTS (see the module doc)
     # --grpc-restricted-protocol: methods that answer only calls carrying a metadata key
     restricted: RestrictedFeatures = field(default_factory=RestrictedFeatures)
     # --allow-client-shm: clients may use shared-memory regions (shm.py)
@@ -225,9 +219,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--grpc-max-message-size", type=int_at_least(1), default=MAX_MESSAGE_SIZE,
         metavar="BYTES", help="largest message received or sent (infercore's own flag; "
                               "tritonserver fixes it at 2^31-1, the default)")
-    add("--grpc-transport", default="core", choices=TRANSPORTS, metavar="TRANSPORT",
-        help="core (default): calls are taken from gRPC core on a thread of their own; "
-             "aio: grpc.aio's server (slower; infercore's own flag)")
 
 
 def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:
@@ -252,7 +243,6 @@ def from_args(server: Server, args: argparse.Namespace) -> GrpcFrontend | None:
         max_connection_age_ms=args.grpc_max_connection_age,
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         restricted=args.grpc_restricted_protocol,
-        transport=args.grpc_transport,
         allow_client_shm=args.allow_client_shm,
     ))
 
@@ -273,10 +263,6 @@ class GrpcFrontend(LoopThreadFrontend):
                 f"invalid gRPC response compression level "
                 f"'{self.options.response_compression}', expected one of "
                 + ", ".join(COMPRESSION_LEVELS))
-        if self.options.transport not in TRANSPORTS:
-            raise InvalidArgumentError(
-                f"invalid gRPC transport '{self.options.transport}', expected one of "
-                + ", ".join(TRANSPORTS))
         super().__init__(server, self.options.address, self.options.repository_thread_count,
                          "infercore-grpc-repository")
         # HTTP and gRPC see the same registered regions: one registry per server.
@@ -294,31 +280,11 @@ class GrpcFrontend(LoopThreadFrontend):
         return f"{host}:{self.options.port}", self.options.credentials()
 
     async def _serve(self) -> None:
-        self._stop_requested = asyncio.Event()
-        if self.options.transport == "aio":
-            await self._serve_aio()
-        else:
-            await self._serve_core()
-
-    async def _serve_until_stopped(self, port: int,
-                                   stop: Callable[[], Awaitable[None]]) -> None:
-        """Publish the bound ``port``, serve until ``stop()`` is asked, then ``stop()``."""
-        stop_requested = self._stop_requested
-        assert stop_requested is not None  # _serve made it
-        self._port = port
-        self._accepting = True
-        self._listening.set()
-        try:
-            await stop_requested.wait()
-        finally:
-            self._accepting = False
-            await stop()
-
-    async def _serve_core(self) -> None:
+        stop_requested = self._stop_requested = asyncio.Event()
         options = self.options
         restricted = options.restricted
-        handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = {}
-        for service, table in ((SERVICE, self._service_handlers(direct=True)),
+        handlers: dict[str, Handler] = {}
+        for service, table in ((SERVICE, self._service_handlers()),
                                (HEALTH_SERVICE, health_handlers(self._server))):
             for name, handler in guard_grpc(table, restricted).items():
                 handlers[f"/{service}/{name}"] = handler
@@ -329,7 +295,14 @@ class GrpcFrontend(LoopThreadFrontend):
         if not port:
             raise OSError(f"Socket '{address}' already in use")
         core.start()
-        await self._serve_until_stopped(port, lambda: self._stop_core(core))
+        self._port = port
+        self._accepting = True
+        self._listening.set()
+        try:
+            await stop_requested.wait()
+        finally:
+            self._accepting = False
+            await self._stop_core(core)
 
     async def _stop_core(self, core: CoreServer) -> None:
         """Refuse new calls, let running ones finish within the grace period, cancel the
@@ -350,47 +323,20 @@ class GrpcFrontend(LoopThreadFrontend):
         if not await asyncio.to_thread(core.close, 5.0):
             logger.error("the gRPC server did not shut down in time")
 
-    async def _serve_aio(self) -> None:
-        options = self.options
-        server = grpc.aio.server(options=options.channel_args())
-        # Registered (not generic) handlers: gRPC core matches the method itself, sparing
-        # a Python lookup per call.
-        restricted = options.restricted
-        server.add_registered_method_handlers(
-            SERVICE, guard_grpc(self._service_handlers(), restricted))
-        server.add_registered_method_handlers(
-            HEALTH_SERVICE, guard_grpc(health_handlers(self._server), restricted))
-        address, credentials = self._address_and_credentials()
-        try:
-            if credentials is None:
-                port = server.add_insecure_port(address)
-            else:
-                port = server.add_secure_port(address, credentials)
-        except RuntimeError as exc:  # grpc reports a failed bind this way
-            raise OSError(f"Socket '{address}' already in use: {exc}") from None
-        if not port:
-            raise OSError(f"Socket '{address}' already in use")
-        await server.start()
-        # grpc.aio's stop refuses new calls at once, lets running ones finish until the
-        # grace period ends, then cancels them (their handlers cancel the engine requests).
-        await self._serve_until_stopped(port, lambda: server.stop(self._stop_timeout))
-
-    def _service_handlers(self, direct: bool = False
-                          ) -> dict[str, DirectUnary | grpc.RpcMethodHandler]:
-        """GRPCInferenceService's handlers; ``direct``: ModelInfer for grpc_core's queue
-        thread, the rest grpc.aio-style."""
+    def _service_handlers(self) -> dict[str, Handler]:
+        """GRPCInferenceService's handlers: ModelInfer on grpc_core's queue thread, the
+        rest on the event loop."""
         assert self._executor is not None and self._large is not None
         options = self.options
         infer = InferService(self._server, self._shm, self._large,
                              compression=COMPRESSION_LEVELS[options.response_compression],
-                             header_forward_pattern=options.header_forward_pattern,
-                             loop_caller=self._caller or Caller.LOOP)
-        handlers: dict[str, DirectUnary | grpc.RpcMethodHandler] = dict(
+                             header_forward_pattern=options.header_forward_pattern)
+        handlers: dict[str, Handler] = dict(
             CommonService(self._server, self._shm, self._executor).handlers())
-        handlers["ModelInfer"] = infer.direct() if direct else infer.handler()
+        handlers["ModelInfer"] = infer.direct()
         forward, compression = infer.forward_pattern, infer.compression
 
-        async def stream_infer(requests: Any, context: grpc.aio.ServicerContext) -> None:
+        async def stream_infer(requests: Any, context: CallContext) -> None:
             if compression is not None:
                 context.set_compression(compression)
             session = StreamSession(self._server, self._shm, context,
@@ -399,6 +345,6 @@ class GrpcFrontend(LoopThreadFrontend):
 
         # No request deserializer: each session parses requests itself (bad ones are
         # answered in-band).
-        handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-            stream_infer, response_serializer=pb.ModelStreamInferResponse.SerializeToString)
+        handlers["ModelStreamInfer"] = LoopStream(
+            stream_infer, pb.ModelStreamInferResponse.SerializeToString)
         return handlers

@@ -1,10 +1,9 @@
-"""Runs grpc.aio-style handlers on an event loop for calls taken from gRPC core directly.
+"""Runs grpc_core's loop handlers (``LoopUnary``, ``LoopStream``) on an event loop.
 
-grpc_core.py serves ModelInfer on its completion-queue thread; every other method keeps
-its grpc.aio handler (``async def handler(request, context)``, unary or stream-stream),
-written once for both transports. ``LoopBridge`` starts such a handler as a task on the
-frontend's loop and gives it a ``BridgedContext``: the part of grpc.aio's
-``ServicerContext`` the handlers use (``invocation_metadata``, ``abort``,
+grpc_core.py serves ModelInfer on its completion-queue thread; every other method is a
+coroutine taking request bytes and a ``CallContext``. ``LoopBridge`` starts such a
+handler as a task on the frontend's loop and gives it a ``BridgedContext``, the
+``CallContext`` over one gRPC core call (``invocation_metadata``, ``abort``,
 ``set_compression``, ``write``).
 
 Threads: gRPC core's completion events arrive on the queue thread, which only resolves
@@ -21,12 +20,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from grpc._cython import cygrpc
 
-from .grpc_core import BatchGate, Metadata, compression_metadata, cygrpc_status
+from .grpc_core import (
+    BatchGate,
+    LoopHandler,
+    LoopStream,
+    Metadata,
+    compression_metadata,
+    cygrpc_status,
+)
 
 __all__ = ["BridgedContext", "CallClosedError", "LoopBridge"]
 
@@ -55,7 +61,7 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
 
 
 class BridgedContext:
-    """What a handler may do with its call (a subset of grpc.aio's ServicerContext)."""
+    """What a loop handler may do with its call (grpc_core.CallContext)."""
 
     def __init__(self, call: cygrpc.Call, metadata: Metadata, gate: BatchGate,
                  loop: asyncio.AbstractEventLoop, serializer: Callable[[Any], bytes] | None
@@ -74,7 +80,7 @@ class BridgedContext:
     def set_compression(self, compression: grpc.Compression) -> None:
         self._compression = compression
 
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
         raise _Aborted(code, details)
 
     def initial_metadata(self) -> Any:
@@ -133,7 +139,7 @@ class BridgedContext:
 class _BridgedCall:
     """One call of a bridged method, from its start on the queue thread to its status."""
 
-    def __init__(self, call: cygrpc.Call, metadata: Metadata, handler: grpc.RpcMethodHandler,
+    def __init__(self, call: cygrpc.Call, metadata: Metadata, handler: LoopHandler,
                  ended: Callable[[Any], None], gate: BatchGate,
                  loop: asyncio.AbstractEventLoop) -> None:
         self._call = call
@@ -141,8 +147,7 @@ class _BridgedCall:
         self._ended = ended
         self._gate = gate
         self._loop = loop
-        self._context = BridgedContext(call, metadata, gate, loop,
-                                       handler.response_serializer)
+        self._context = BridgedContext(call, metadata, gate, loop, handler.serialize)
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
 
@@ -178,8 +183,8 @@ class _BridgedCall:
     async def _run(self) -> None:
         handler, context = self._handler, self._context
         try:
-            if handler.stream_stream is not None:
-                await handler.stream_stream(self._requests(), context)
+            if isinstance(handler, LoopStream):
+                await handler.behavior(self._requests(), context)
                 self._send_status(_OK, "")
                 return
             data = await context.read()
@@ -187,9 +192,7 @@ class _BridgedCall:
                 self._send_status(grpc.StatusCode.UNIMPLEMENTED,
                                   "requires exactly one request message")
                 return
-            deserializer = handler.request_deserializer
-            request = deserializer(data) if deserializer is not None else data
-            response = await handler.unary_unary(request, context)
+            response = await handler.behavior(data, context)
             self._send_status(_OK, "", context.serialize(response))
         except _Aborted as aborted:
             self._send_status(aborted.code, aborted.details)
@@ -197,18 +200,17 @@ class _BridgedCall:
             self._send_status(grpc.StatusCode.CANCELLED, "cancelled")
         except CallClosedError:
             self._send_status(grpc.StatusCode.CANCELLED, "cancelled")
-        except Exception as exc:  # noqa: BLE001 - answered as grpc.aio answers it
+        except Exception as exc:  # noqa: BLE001 - answered as grpc.aio answers a bug
             logger.exception("gRPC: unexpected error in a method handler")
             self._send_status(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
 
-    async def _requests(self) -> AsyncIterator[Any]:
+    async def _requests(self) -> AsyncIterator[bytes]:
         context = self._context
-        deserializer = self._handler.request_deserializer
         while True:
             data = await context.read()
             if data is None:
                 return
-            yield deserializer(data) if deserializer is not None else data
+            yield data
 
     def _send_status(self, code: grpc.StatusCode, details: str,
                      message: bytes | None = None) -> None:
@@ -230,6 +232,6 @@ class LoopBridge:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def __call__(self, call: cygrpc.Call, metadata: Metadata, handler: grpc.RpcMethodHandler,
+    def __call__(self, call: cygrpc.Call, metadata: Metadata, handler: LoopHandler,
                  ended: Callable[[Any], None], gate: BatchGate) -> None:
         _BridgedCall(call, metadata, handler, ended, gate, self._loop).start()

@@ -1,22 +1,27 @@
-"""A gRPC server driven from one thread on gRPC core's completion queue (no grpc.aio).
+"""infercore's gRPC transport: gRPC core's server driven from one thread on its
+completion queue (no grpc.aio), and the handler interface every method implements.
 
 grpc.aio hands each of a unary call's three completion events (new call, request
 message, status sent) from gRPC core's poller thread to the event loop and builds
 several Python objects per call: about 75 us of loop time per call here, which caps a
 Python process below Triton's C++ frontend (docs/grpc.md). This server polls gRPC core's
-completion queue itself, on its own thread, and handles every event where it arrives:
+completion queue itself, on its own thread, and handles every event where it arrives.
 
-- ``DirectUnary`` methods (ModelInfer) run on the completion-queue thread: the handler
-  gets the request bytes and answers through its ``UnaryCall``, at once (the engine
-  ran a short model inline) or later from any thread (an instance thread finishing the
-  request starts the send itself). No thread crossing of ours per call.
-- every other method is a grpc.aio-style handler (``grpc.RpcMethodHandler`` with an async
-  ``unary_unary`` or ``stream_stream``) run on the frontend's event loop through a small
-  bridge (grpc_bridge.py) that gives it the ``ServicerContext`` methods it uses.
+Handlers (``Handler``): every method is one of three kinds, all taking the request as
+bytes (each service parses its own messages, so a malformed one is its own status):
+
+- ``DirectUnary`` (ModelInfer) runs on the completion-queue thread: the handler gets the
+  request bytes and answers through its ``UnaryCall``, at once (the engine ran a short
+  model inline) or later from any thread (an instance thread finishing the request
+  starts the send itself). No thread crossing of ours per call.
+- ``LoopUnary`` and ``LoopStream`` (every other method) are coroutines run on the
+  frontend's event loop by the bridge (grpc_bridge.py), with a ``CallContext``: the
+  call's metadata, ``abort``, ``set_compression`` and, for streams, ``write``.
 
 It uses grpcio's Cython layer (``grpc._cython.cygrpc``), the layer under grpc's own
-synchronous server; ``--grpc-transport=aio`` selects grpc.aio instead should a grpcio
-release change that layer.
+synchronous server, which grpcio does not document as public: pyproject.toml pins the
+grpcio releases checked, and tests/frontends/test_grpc_internals.py names what changed
+if a release moves it.
 
 Threads: one ``infercore-grpc-cq`` thread polls the queue and handles its events; handlers
 may answer from any thread (gRPC core's batch start is thread-safe). The counters of calls
@@ -37,13 +42,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol, TypeAlias
 
 import grpc
 from grpc._cython import cygrpc
 
-__all__ = ["BatchGate", "CoreServer", "DirectUnary", "UnaryCall", "cygrpc_status"]
+__all__ = ["BatchGate", "CallContext", "CoreServer", "DirectUnary", "Handler", "LoopHandler",
+           "LoopStream", "LoopUnary", "UnaryCall", "cygrpc_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +109,52 @@ class DirectUnary:
         self.behavior = behavior
 
 
+class CallContext(Protocol):
+    """What a loop handler may do with its call (grpc_bridge.BridgedContext)."""
+
+    def invocation_metadata(self) -> Metadata:
+        """The call's request metadata (keys lower-case)."""
+
+    def set_compression(self, compression: grpc.Compression) -> None:
+        """Compress the responses not yet sent with ``compression``."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        """End the call with ``code`` and ``details``; raises, never returns."""
+
+    async def write(self, message: Any) -> None:
+        """Send one response message of a streaming call."""
+
+
+class LoopUnary:
+    """A unary method run on the event loop: ``await behavior(data, context)`` returns the
+    response, serialized by ``serialize`` (None: it is bytes already)."""
+
+    __slots__ = ("behavior", "serialize")
+
+    def __init__(self, behavior: Callable[[bytes, CallContext], Awaitable[Any]],
+                 serialize: Callable[[Any], bytes] | None = None) -> None:
+        self.behavior = behavior
+        self.serialize = serialize
+
+
+class LoopStream:
+    """A bidirectional-streaming method run on the event loop: ``await behavior(requests,
+    context)`` reads request bytes from ``requests`` and writes responses with
+    ``context.write``, each serialized by ``serialize`` (None: bytes already)."""
+
+    __slots__ = ("behavior", "serialize")
+
+    def __init__(self, behavior: Callable[[AsyncIterator[bytes], CallContext],
+                                          Awaitable[None]],
+                 serialize: Callable[[Any], bytes] | None = None) -> None:
+        self.behavior = behavior
+        self.serialize = serialize
+
+
+Handler: TypeAlias = DirectUnary | LoopUnary | LoopStream
+LoopHandler: TypeAlias = LoopUnary | LoopStream
+
+
 class UnaryCall:
     """One call of a ``DirectUnary`` method: answer it once, from any thread."""
 
@@ -160,20 +212,19 @@ class _Waiting:
         self.handler = handler
 
 
-# Starts a grpc.aio-style handler for a new call: (call, metadata, handler, the tag
-# for the batch that sends its status, the gate every batch of the call starts through).
-Bridge = Callable[[cygrpc.Call, Metadata, grpc.RpcMethodHandler, Callable[[Any], None],
-                   BatchGate], None]
+# Starts a loop handler for a new call: (call, metadata, handler, the tag for the batch
+# that sends its status, the gate every batch of the call starts through).
+Bridge = Callable[[cygrpc.Call, Metadata, LoopHandler, Callable[[Any], None], BatchGate],
+                  None]
 
 
 class CoreServer:
     """gRPC core's server with one completion-queue thread; see the module doc."""
 
     def __init__(self, channel_args: Sequence[tuple[str, Any]],
-                 handlers: Mapping[str, DirectUnary | grpc.RpcMethodHandler],
-                 bridge: Bridge) -> None:
+                 handlers: Mapping[str, Handler], bridge: Bridge) -> None:
         """``handlers`` by full method name (``/package.Service/Method``); ``bridge``
-        starts a grpc.aio-style handler on the event loop (grpc_bridge.py)."""
+        starts a loop handler on the event loop (grpc_bridge.py)."""
         self._queue = cygrpc.CompletionQueue()
         self._gate = BatchGate()
         self._server = cygrpc.Server(tuple(channel_args), False)

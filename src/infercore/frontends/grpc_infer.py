@@ -3,21 +3,18 @@
 The handler receives the serialized request (grpc does no deserialization, so a malformed
 message becomes INVALID_ARGUMENT rather than an unexpected handler error), looks the model
 up first (an unknown model is NOT_FOUND whatever the body holds, as in Triton), decodes
-the request and starts it in the engine saying who calls (``caller=``: ``Caller.LOOP``
-for the completion-queue and large-request threads, the loop's attachment on the event
-loop), which lets the engine execute a short model inline on the calling thread: a typical
-request never crosses threads. Two handlers, one per transport (grpc.py):
+the request and starts it in the engine saying who calls (``caller=Caller.LOOP``: the
+completion-queue or the large-request thread, each serving many clients), which lets the
+engine execute a short model inline on the calling thread: a typical request never
+crosses threads. The handler, ``model_infer_direct``, is grpc_core's
+``DirectUnary``: it runs on the completion-queue thread. When the model ran inline it
+answers at once; otherwise it watches the call for cancellation and the instance thread
+that finishes the request sends the answer. Cancelling the RPC (client cancel, deadline,
+shutdown) cancels the engine request.
 
-- ``model_infer_direct`` (the default, grpc_core.py) runs on the completion-queue thread.
-  When the model ran inline it answers at once; otherwise it watches the call for
-  cancellation and the instance thread that finishes the request sends the answer.
-- ``model_infer`` (``--grpc-transport=aio``) runs on the event loop and awaits the
-  stream; cancelling the RPC cancels the awaiting coroutine.
-
-Either way, cancelling the RPC (client cancel, deadline, shutdown) cancels the engine
-request. A message over ``LARGE_REQUEST_BYTES`` has its raw tensors split off first
-(grpc_codec), and when the rest costs much to decode (large_requests.py) it is parsed,
-decoded and started on the frontend's large-request thread, so that the thread serving
+A message over ``LARGE_REQUEST_BYTES`` has its raw tensors split off first (grpc_codec),
+and when the rest costs much to decode (large_requests.py) it is parsed, decoded and
+started on the frontend's large-request thread, so that the thread serving
 every client is not held up by it; any message over ``LARGE_REQUEST_BYTES`` refused is
 followed by ``release_refused``. The shared-memory regions a request names are in use
 (``Prepared.regions``) until its answer is serialized.
@@ -25,7 +22,6 @@ followed by ``release_refused``. The shared-memory regions a request names are i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Sequence
@@ -123,9 +119,8 @@ class InferService:
 
     def __init__(self, server: Server, shm: SystemSharedMemory, large: LargeRequests, *,
                  compression: grpc.Compression | None = None,
-                 header_forward_pattern: str = "", loop_caller: Caller = Caller.LOOP) -> None:
+                 header_forward_pattern: str = "") -> None:
         self._server = server
-        self._loop_caller = loop_caller  # the event loop's (the aio transport's handler)
         self._shm = shm
         self._large = large
         self._compression = compression
@@ -188,8 +183,8 @@ class InferService:
         return False
 
     def _start(self, data: bytes, metadata: tuple[tuple[str, str | bytes], ...] | None,
-               split: tuple[bytes, list[memoryview]] | None = None,
-               caller: Caller = Caller.LOOP) -> tuple[Prepared, ResponseStream]:
+               split: tuple[bytes, list[memoryview]] | None = None
+               ) -> tuple[Prepared, ResponseStream]:
         """Parse, decode and start a ModelInfer request; raises the error to answer with."""
         if split is None and len(data) > LARGE_REQUEST_BYTES:
             split = split_raw_contents(data)
@@ -202,9 +197,10 @@ class InferService:
         try:
             if prepared.decoupled:
                 raise UnsupportedError(_DECOUPLED)
-            # caller: the stream is read as soon as the request is done
+            # Caller.LOOP: the stream is read as soon as the request is done, on the
+            # completion-queue or the large-request thread, which must not block
             return prepared, self._server.infer(prepared.decoded.request,
-                                                raise_on_error=False, caller=caller)
+                                                raise_on_error=False, caller=Caller.LOOP)
         except BaseException:
             prepared.regions.release()  # not started: nothing else will release them
             raise
@@ -224,43 +220,6 @@ class InferService:
         finally:
             prepared.regions.release()
         call.reply(serialized, self._reply_metadata)
-
-    def handler(self) -> grpc.RpcMethodHandler:
-        # Bytes in, bytes out: model_infer parses the request itself (see module doc) and
-        # returns the serialized response.
-        return grpc.unary_unary_rpc_method_handler(self.model_infer)
-
-    async def model_infer(self, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        regions: RegionUse | None = None  # released once answered
-        try:
-            metadata = context.invocation_metadata() if self._forward is not None else None
-            if len(data) > LARGE_REQUEST_BYTES:  # (this transport is not the fast one)
-                try:
-                    prepared, stream = await self._large.run(self._start, data, metadata)
-                except Exception:
-                    asyncio.get_running_loop().call_soon(self._large.release_refused)
-                    raise
-            else:
-                prepared, stream = self._start(data, metadata, None, self._loop_caller)
-            regions = prepared.regions
-            try:
-                # Not decoupled: the first response is the final one.
-                response = await anext(stream)
-            except StopAsyncIteration:
-                raise InternalError("expected a single response, got 0") from None
-            if response.error is not None:
-                raise response.error
-            serialized = self._serialize(response, prepared)
-        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
-            error = as_triton_error(exc)
-            await context.abort(grpc_status(error), error.message)
-            raise  # not reached: abort raises
-        finally:
-            if regions is not None:
-                regions.release()
-        if self._compression is not None:
-            context.set_compression(self._compression)
-        return serialized
 
     def _serialize(self, response: InferResponse, prepared: Prepared) -> bytes:
         specs = prepared.decoded.outputs

@@ -26,6 +26,7 @@ from ..errors import InvalidArgumentError, UnsupportedError
 from ..server import Server
 from ..stats import Duration, ModelStatistics
 from .grpc_codec import parse_version
+from .grpc_core import CallContext, LoopUnary
 from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
 
@@ -42,12 +43,12 @@ _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 _LOG_TYPE_NAMES = {"string_param": "string", "bool_param": "boolean", "uint32_param": "int32"}
 
 
-def _rpc(method: Callable[[Any, Any], Any]) -> Callable[[Any, Any, grpc.aio.ServicerContext],
+def _rpc(method: Callable[[Any, Any], Any]) -> Callable[[Any, Any, CallContext],
                                                           Awaitable[Any]]:
     """Run ``method(self, request)`` (sync or async); its errors become gRPC statuses."""
 
     @functools.wraps(method)
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def handler(self: Any, request: Any, context: CallContext) -> Any:
         try:
             result = method(self, request)
             if asyncio.iscoroutine(result):
@@ -68,16 +69,15 @@ class CommonService:
         self._shm = shm
         self._repository = repository  # where blocking load / unload calls run
 
-    def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+    def handlers(self) -> dict[str, LoopUnary]:
         """The method handlers of this service, by RPC name."""
 
-        def unary(method: Callable[..., Any], request: Any, response: Any
-                  ) -> grpc.RpcMethodHandler:
+        def unary(method: Callable[..., Any], request: Any, response: Any) -> LoopUnary:
             parse = request.FromString
 
-            # Requests arrive as bytes and are parsed here: grpc's own deserializer would
-            # answer a malformed message with UNKNOWN and log a traceback.
-            async def handler(data: bytes, context: grpc.aio.ServicerContext) -> Any:
+            # Requests arrive as bytes and are parsed here, so that a malformed message is
+            # INVALID_ARGUMENT (grpc's own deserializer would make it UNKNOWN).
+            async def handler(data: bytes, context: CallContext) -> Any:
                 try:
                     message = parse(data)
                 except DecodeError as exc:
@@ -85,8 +85,7 @@ class CommonService:
                                         f"failed to parse the request: {exc}")
                 return await method(message, context)
 
-            return grpc.unary_unary_rpc_method_handler(
-                handler, response_serializer=response.SerializeToString)
+            return LoopUnary(handler, response.SerializeToString)
 
         table = {
             "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
@@ -369,10 +368,10 @@ _SERVING = b"\x08\x01"
 _NOT_SERVING = b"\x08\x02"
 
 
-def health_handlers(server: Server) -> dict[str, grpc.RpcMethodHandler]:
+def health_handlers(server: Server) -> dict[str, LoopUnary]:
     """grpc.health.v1's Check: SERVING while ``server`` is ready (whatever service is named)."""
 
-    async def check(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def check(request: bytes, context: CallContext) -> bytes:
         return _SERVING if server.ready() else _NOT_SERVING
 
-    return {"Check": grpc.unary_unary_rpc_method_handler(check)}
+    return {"Check": LoopUnary(check)}

@@ -29,12 +29,12 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from ..errors import InternalError, TritonError, UnavailableError
 from ..response import InferResponse, ResponseStream
 from ..server import Server
+from .grpc_core import CallContext
 from .grpc_encode import encode_response
 from .grpc_infer import Prepared, parse_request, prepare
 from .kserve import as_triton_error, grpc_status
@@ -59,7 +59,7 @@ class StreamSession:
     """Serves one ModelStreamInfer call."""
 
     def __init__(self, server: Server, shm: SystemSharedMemory,
-                 context: grpc.aio.ServicerContext, *, accepting: Callable[[], bool],
+                 context: CallContext, *, accepting: Callable[[], bool],
                  forward: re.Pattern[str] | None = None) -> None:
         self._server = server
         self._shm = shm

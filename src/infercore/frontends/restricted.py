@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 
 from ..errors import InvalidArgumentError
-from .grpc_core import DirectUnary, UnaryCall
+from .grpc_core import CallContext, DirectUnary, Handler, LoopStream, LoopUnary, UnaryCall
 from .http_messages import HttpRequest, error_response
-
-GrpcHandler: TypeAlias = grpc.RpcMethodHandler | DirectUnary
 
 __all__ = ["CATEGORIES", "GRPC_HEADER_PREFIX", "GRPC_METHOD_CATEGORIES",
            "GrpcRestrictionAction", "HttpRestrictionAction", "RestrictedFeatures",
@@ -241,8 +239,8 @@ def guard_http(handle: HttpHandler, features: RestrictedFeatures) -> HttpHandler
 
 
 # -- gRPC ----------------------------------------------------------------------------------
-def guard_grpc(handlers: Mapping[str, GrpcHandler],
-               features: RestrictedFeatures) -> dict[str, GrpcHandler]:
+def guard_grpc(handlers: Mapping[str, Handler],
+               features: RestrictedFeatures) -> dict[str, Handler]:
     """``handlers`` (by method name) with the restricted ones checking their metadata."""
     guarded = dict(handlers)
     if not features:
@@ -255,10 +253,6 @@ def guard_grpc(handlers: Mapping[str, GrpcHandler],
     return guarded
 
 
-def _allowed(context: grpc.aio.ServicerContext, key: str, value: str) -> bool:
-    return _metadata_allows(context.invocation_metadata(), key, value)
-
-
 def _metadata_allows(metadata: Iterable[tuple[str, Any]] | None, key: str, value: str
                      ) -> bool:
     for name, given in metadata or ():
@@ -267,7 +261,7 @@ def _metadata_allows(metadata: Iterable[tuple[str, Any]] | None, key: str, value
     return False
 
 
-def _guard_handler(handler: GrpcHandler, restriction: Restriction) -> GrpcHandler:
+def _guard_handler(handler: Handler, restriction: Restriction) -> Handler:
     # gRPC metadata keys travel lower-cased; Triton compares them as given, so a key
     # with capitals could never match there. Matching lower-case is the useful reading.
     key = restriction.header.lower()
@@ -283,17 +277,14 @@ def _guard_handler(handler: GrpcHandler, restriction: Restriction) -> GrpcHandle
             direct(call, data)
 
         return DirectUnary(checked)
-    for kind in ("unary_unary", "stream_stream"):  # the kinds the frontend registers
-        behavior = getattr(handler, kind)
-        if behavior is None:
-            continue
+    behavior: Callable[[Any, CallContext], Awaitable[Any]] = handler.behavior
 
-        async def checked_async(first: Any, context: grpc.aio.ServicerContext,
-                                behavior: Any = behavior) -> Any:
-            # first: the request (unary) or the request iterator (stream)
-            if not _allowed(context, key, value):
-                await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-            return await behavior(first, context)
+    async def checked_on_loop(first: Any, context: CallContext) -> Any:
+        # first: the request (unary) or the request iterator (stream)
+        if not _metadata_allows(context.invocation_metadata(), key, value):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        return await behavior(first, context)
 
-        return handler._replace(**{kind: checked_async})  # type: ignore[attr-defined,no-any-return]
-    raise TypeError(f"cannot guard a gRPC handler of this kind: {handler!r}")
+    if isinstance(handler, LoopStream):
+        return LoopStream(checked_on_loop, handler.serialize)
+    return LoopUnary(checked_on_loop, handler.serialize)
