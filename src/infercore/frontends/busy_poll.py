@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,12 +47,15 @@ class BusyPoll:
     Used on the loop's thread only.
     """
 
-    __slots__ = ("_loop", "_window_ns", "_deadline_ns", "_polling", "_holds", "_held_ns")
+    __slots__ = ("_loop", "_window_ns", "_deadline_ns", "_polling", "_holds", "_held_ns",
+                 "_clock")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, window_us: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, window_us: int,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         if window_us <= 0:
             raise ValueError(f"the busy-poll window must be positive, not {window_us}")
         self._loop = loop
+        self._clock = clock  # ns; tests hand in their own
         self._window_ns = window_us * 1000
         self._deadline_ns = 0
         self._polling = False
@@ -66,7 +70,7 @@ class BusyPoll:
     def touch(self) -> None:
         """Something happened: keep the loop awake for another window from now, unless a
         thread of this process answers for the loop now or did so lately."""
-        now = time.monotonic_ns()
+        now = self._clock()
         self._deadline_ns = now + self._window_ns
         if (not self._polling and not self._holds
                 and now - self._held_ns > _QUIET_AFTER_HOLD_NS):
@@ -78,14 +82,14 @@ class BusyPoll:
         matching ``release``, nor for a while after (the polling would keep the GIL from
         such threads)."""
         self._holds += 1
-        self._held_ns = time.monotonic_ns()
+        self._held_ns = self._clock()
 
     def release(self) -> None:
         self._holds -= 1
-        self._held_ns = time.monotonic_ns()
+        self._held_ns = self._clock()
 
     def _poll(self) -> None:
-        if not self._holds and time.monotonic_ns() < self._deadline_ns:
+        if not self._holds and self._clock() < self._deadline_ns:
             self._loop.call_soon(self._poll)  # still ready: the loop polls, then comes back
         else:
             self._polling = False
