@@ -363,3 +363,79 @@ def test_trace_config_flags_parse_as_tritonserver_reads_them():
                          (["mode=zipkin"], "invalid value for trace mode option: zipkin")):
         with pytest.raises(InvalidArgumentError, match=re.escape(message)):
             parse_trace_config(bad)
+
+
+def _frontend_request(stamps: list[tuple[str, int]]):
+    from infercore.request import InferRequest
+    from infercore.tensor import Tensor
+
+    request = InferRequest("add_sub", {"INPUT0": Tensor.from_numpy(ONES),
+                                       "INPUT1": Tensor.from_numpy(ONES)})
+    request.frontend_stamps = stamps
+    return request
+
+
+def test_a_frontends_trace_is_written_once_the_frontend_answered(add_sub_repo, tmp_path):
+    from infercore.frontends.trace_stamps import held_trace
+
+    path = tmp_path / "trace.json"
+    config = TraceConfig(level=("TIMESTAMPS",), rate=1, file=str(path), log_frequency=1)
+    with Server(model_repository=add_sub_repo.path, trace_config=config) as server:
+        tracer = server.tracer
+        assert tracer.active
+        received = tracer.now_ns()
+        request = _frontend_request([("HTTP_RECV_START", received),
+                                             ("HTTP_RECV_END", received + 1)])
+        server.infer(request).result()
+        trace = held_trace(request)
+        assert trace is not None
+        written = tmp_path / "trace.json.0"
+        assert not written.exists()  # the request ended; the frontend has not answered
+        trace.frontend_stamp("INFER_RESPONSE_COMPLETE")
+        trace.frontend_stamp("HTTP_SEND_START")
+        trace.frontend_stamp("HTTP_SEND_END")
+        trace.frontend_done()
+        trace.frontend_done()  # idempotent
+        records = json.loads(written.read_text())
+    names = [r["timestamps"][0]["name"] if "timestamps" in r else "model" for r in records]
+    # what came before the model's record as Triton writes it; the rest by time
+    assert names == ["HTTP_RECV_START", "HTTP_RECV_END", "model", *ORDER,
+                     "INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "HTTP_SEND_END"]
+    stamps = [r["timestamps"][0]["ns"] for r in records if "timestamps" in r]
+    assert stamps == sorted(stamps)
+
+
+def test_a_frontend_request_refused_by_its_model_is_not_traced(repo, add_sub_source,
+                                                               tmp_path):
+    from infercore.frontends.trace_stamps import release
+
+    repo.add_model("add_sub", config=add_sub_source[0], model_py=add_sub_source[1])
+    path = tmp_path / "trace.json"
+    config = TraceConfig(level=("TIMESTAMPS",), rate=1, file=str(path), log_frequency=1)
+    with Server(model_repository=repo.path, trace_config=config) as server:
+        now = server.tracer.now_ns()
+        request = _frontend_request([("GRPC_WAITREAD_START", now),
+                                             ("GRPC_WAITREAD_END", now)])
+        request.inputs.pop("INPUT1")  # refused by the model's validator, not traced
+        with pytest.raises(InvalidArgumentError):
+            server.infer(request)
+        release(request)  # nothing held: a no-op
+        good = _frontend_request([("GRPC_WAITREAD_START", now),
+                                          ("GRPC_WAITREAD_END", now)])
+        server.infer(good).result()
+        release(good)
+        records = json.loads((tmp_path / "trace.json.0").read_text())
+    assert [r["timestamps"][0]["name"] for r in records[:2]] == ["GRPC_WAITREAD_START",
+                                                                 "GRPC_WAITREAD_END"]
+    assert not (tmp_path / "trace.json.1").exists()
+
+
+def test_tracer_is_active_only_while_some_scope_may_sample(add_sub_repo, tmp_path):
+    config = TraceConfig(level=("OFF",), rate=1, file=str(tmp_path / "t.json"))
+    with Server(model_repository=add_sub_repo.path, trace_config=config) as server:
+        assert not server.tracer.active
+        server.update_trace_settings("add_sub", trace_level=["TIMESTAMPS"])
+        assert server.tracer.active
+        server.update_trace_settings("add_sub", trace_level=None)
+        assert not server.tracer.active
+    assert not server.tracer.active

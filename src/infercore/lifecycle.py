@@ -85,6 +85,8 @@ SERVER_ONLY: Mapping[str, str] = MappingProxyType({
     "attach_loop": "a frontend's event loop in this process, on which the engine may start "
                    "payloads (dispatch.py); nothing to attach across a network",
     "detach_loop": "as attach_loop",
+    "tracer": "this process's tracing, which the frontends in it add their timestamps to "
+              "(frontends/trace_stamps.py); a remote server's traces are its own",
 })
 
 # Public names of RemoteServer that Server lacks: name -> why.

@@ -58,6 +58,7 @@ class InferRequest:
         "single_response",
         "rescheduler",
         "trace",
+        "frontend_stamps",
         # timestamps in monotonic ns, at Triton's statistics points
         "request_start_ns",
         "queue_start_ns",
@@ -116,6 +117,9 @@ class InferRequest:
         # hands it over once its execution returns. None: the model is not configured to.
         self.rescheduler: Callable[[InferRequest], None] | None = None
         self.trace: TraceHandle | None = None
+        # Set by a frontend while tracing may sample (Tracer.active): its timestamps of
+        # receiving the request, for the trace the model may start (trace_record.Trace).
+        self.frontend_stamps: list[tuple[str, int]] | None = None
         self.request_start_ns = 0
         self.queue_start_ns = 0
         self.compute_start_ns = 0

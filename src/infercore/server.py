@@ -539,6 +539,11 @@ class Server(HandleEngine, StartStop):
         """Whether ``level`` is enabled in this server's log settings."""
         return log_enabled(level, self._logs.settings)
 
+    @property
+    def tracer(self) -> Tracer:
+        """The server's tracing: frontends read ``active`` and stamp with ``now_ns``."""
+        return self._tracer
+
     def trace_settings(self, model: str = "") -> dict[str, Any]:
         """Trace settings in force for ``model`` (global ones for "")."""
         return self._tracer.settings(model)

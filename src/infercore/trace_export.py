@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .clock import Clock, MonotonicClock
@@ -138,8 +138,10 @@ class OtelExporter:
                                              start_time=start)
         trace.otel_spans = (root, model_span)
 
-    def end(self, trace: Trace, stamps: list[tuple[str, int]]) -> None:
-        """Add the activities as events, make the compute span, end the spans."""
+    def end(self, trace: Trace, stamps: list[tuple[str, int]],
+            frontend: Sequence[tuple[str, int]] = ()) -> None:
+        """Add the activities as events, make the compute span, end the spans; the
+        frontend's timestamps are events of the root span (InferRequest), as Triton's."""
         spans = trace.otel_spans
         if spans is None:
             return
@@ -167,6 +169,10 @@ class OtelExporter:
         end = (stamps[-1][1] if stamps else self._clock.now_ns()) + offset
         model_span.end(end_time=end)
         if root is not None:
+            for name, ns in frontend:
+                root.add_event(name, timestamp=ns + offset)
+            if frontend:
+                end = max(end, max(ns for _, ns in frontend) + offset)
             root.end(end_time=end)
 
     def context(self, trace: Trace) -> dict[str, str] | None:

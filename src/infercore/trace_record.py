@@ -9,6 +9,12 @@ is assembled when two things have happened, in either order:
     settled    its execution was recorded (stats.record_execution), or it failed without
                one (queue timeout, cancel, refused), or it was an ensemble that finished
 
+and, for a request a frontend received (one that carries ``frontend_stamps``: its
+HTTP_RECV_* or GRPC_WAITREAD_* timestamps, set only while tracing may sample), a third:
+
+    answered   the frontend sent its answer (``frontend_done``), after stamping
+               INFER_RESPONSE_COMPLETE and its send timestamps (``frontend_stamp``)
+
 Then its records are built; once its children are done too, they travel up to the root,
 and the root hands the whole group to its scope (one group per client request, as Triton
 writes them). Requests that must never be traced on their own carry ``NO_TRACE``.
@@ -20,6 +26,7 @@ tree's state. Nothing here runs unless a request is traced.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -49,6 +56,10 @@ class TraceScope(Protocol):
 
     def next_id(self) -> int: ...
 
+    def now_ns(self) -> int:
+        """The trace clock (the engine's)."""
+        ...
+
     def collect(self, root: Trace, records: list[Record]) -> None: ...
 
 
@@ -57,7 +68,8 @@ class Trace:
 
     __slots__ = ("id", "parent_id", "_scope", "_parent", "_lock", "_request", "_model_name",
                  "_model_version", "_released_ns", "_settled", "_finished", "_closed",
-                 "_children", "_pending", "_own", "_outputs", "otel_spans")
+                 "_children", "_pending", "_own", "_outputs", "_frontend", "_held",
+                 "otel_spans")
 
     def __init__(self, scope: TraceScope, parent: Trace | None = None) -> None:
         self.id = scope.next_id()
@@ -77,6 +89,9 @@ class Trace:
         self._pending = 0  # children begun and not closed
         self._own: list[Record] = []
         self._outputs: list[tuple[str, Tensor]] = []
+        # the frontend's timestamps, and whether it has yet to answer (frontend_done)
+        self._frontend: list[tuple[str, int]] = []
+        self._held = False
         self.otel_spans: Any = None  # owned by the scope's OtelExporter
 
     def __repr__(self) -> str:
@@ -90,6 +105,10 @@ class Trace:
         self._request = request
         self._model_name = model_name
         self._model_version = model_version
+        received = request.frontend_stamps
+        if received is not None:  # a frontend's request: it stamps the rest as it answers
+            self._frontend = list(received)
+            self._held = True
         parent = self._parent
         if parent is not None:
             with self._lock:
@@ -103,13 +122,36 @@ class Trace:
     def released(self, now_ns: int) -> None:
         with self._lock:
             self._released_ns = now_ns
-            if self._settled:
+            if self._settled and not self._held:
                 self._finish()
 
     def settled(self) -> None:
         with self._lock:
             self._settled = True
-            if self._released_ns:
+            if self._released_ns and not self._held:
+                self._finish()
+
+    # -- the frontend that received the request ------------------------------------------
+    @property
+    def held(self) -> bool:
+        """The frontend that received the request has yet to say it answered."""
+        return self._held
+
+    def frontend_stamp(self, name: str) -> None:
+        """One of the frontend's timestamps (INFER_RESPONSE_COMPLETE, *_SEND_*), now."""
+        ns = self._scope.now_ns()
+        with self._lock:
+            if self._held:
+                self._frontend.append((name, ns))
+
+    def frontend_done(self) -> None:
+        """The frontend answered (or gave up: the client went away): finish if the
+        request has ended too. Idempotent."""
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+            if self._settled and self._released_ns:
                 self._finish()
 
     def context(self) -> dict[str, str] | None:
@@ -147,7 +189,7 @@ class Trace:
         self._own = self._build_records()
         otel = self._scope.otel
         if otel is not None:
-            otel.end(self, self.timestamps())
+            otel.end(self, self.timestamps(), self._frontend)
         # The request refers to its trace: drop the way back, so no cycle outlives the
         # trace (they would wait for the cyclic garbage collector).
         self._request = None
@@ -162,10 +204,20 @@ class Trace:
             info["request_id"] = request.id
         if self.parent_id:
             info["parent_id"] = self.parent_id
-        records = [orjson.dumps(info).decode()]
         stamp = '{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}'  # names are constants
-        stamps = self.timestamps() if self._scope.timestamps else []
         trace_id = self.id
+        stamps = self.timestamps() if self._scope.timestamps else []
+        records = []
+        if stamps and self._frontend:
+            # As Triton writes them: what the frontend stamped before the request reached
+            # its model (HTTP_RECV_*, GRPC_WAITREAD_*) ahead of the model's record, the
+            # rest (INFER_RESPONSE_COMPLETE, *_SEND_*) among the model's, by time.
+            start = stamps[0][1]
+            records = [stamp % (trace_id, name, ns) for name, ns in self._frontend
+                       if ns <= start]
+            later = [s for s in self._frontend if s[1] > start]
+            stamps = list(heapq.merge(stamps, later, key=_by_time))
+        records.append(orjson.dumps(info).decode())
         if not self._scope.tensors:
             records += [stamp % (trace_id, name, ns) for name, ns in stamps]
             return records
@@ -209,6 +261,10 @@ class Trace:
             for child in self._children:
                 records += child.group(partial=partial)
             return records
+
+
+def _by_time(stamp: tuple[str, int]) -> int:
+    return stamp[1]
 
 
 def request_timestamps(request: InferRequest, released_ns: int) -> list[tuple[str, int]]:

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .clock import Clock
+from .clock import Clock, MonotonicClock
 from .errors import UnavailableError
 from .trace_export import OtelExporter, TraceFile
 from .trace_record import Trace
@@ -78,6 +78,9 @@ class _Scope:
 
     def next_id(self) -> int:
         return self._tracer.next_id()
+
+    def now_ns(self) -> int:
+        return self._tracer.now_ns()
 
     def sample(self) -> Trace | None:
         with self._lock:
@@ -168,6 +171,9 @@ class Tracer:
         self._otel: OtelExporter | None = None
         self._ids = itertools.count(1)
         self._closed = False
+        # Whether some scope may sample: frontends stamp what they receive only then.
+        self.active = False
+        self.now_ns = (clock or MonotonicClock()).now_ns  # the clock of every trace stamp
         self._rebuild()
 
     def next_id(self) -> int:
@@ -189,6 +195,7 @@ class Tracer:
             if tracer is None:
                 tracer = self._models[name] = ModelTracer(name)
                 tracer._use(self._scope_for(name))
+                self.active = self.active or tracer.on
             return tracer
 
     def _rebuild(self) -> None:
@@ -200,6 +207,7 @@ class Tracer:
                 tracer._use(self._scope_for(name))
             self._scope_for("")
             self._retiring = [s for s in self._retiring if not s.idle] + list(old.values())
+            self.active = any(scope.valid for scope in self._scopes.values())
         for scope in old.values():
             scope.retire()
 
@@ -243,6 +251,7 @@ class Tracer:
             if self._closed:
                 return
             self._closed = True
+            self.active = False
             scopes = self._retiring + list(self._scopes.values())
             self._scopes, self._retiring = {}, []
             for tracer in self._models.values():

@@ -144,10 +144,15 @@ class TraceFile:
     the number of traces per model and of timestamps per name. A server writes a trace
     after it answered the request, so the step first waits, a few seconds at most, for
     the file to exist and hold a complete JSON array; ``{"trace_file": "missing"}``
-    otherwise. ``names``: the timestamp names counted (all when empty)."""
+    otherwise. ``names``: the timestamp names counted (all when empty). ``summary``: also
+    what Triton's QA summary (qa/common/trace_summary.py) makes of the file: per frontend
+    (a root trace with HTTP_RECV_START or GRPC_WAITREAD_START, and its children), the
+    traces per model that have REQUEST_START and REQUEST_END, and every span whose end
+    comes before its start."""
 
     path: str
     names: tuple[str, ...] = ()
+    summary: bool = False
 
 
 Step = Http | Grpc | GrpcStream | Shm | Settled | LogFile | TraceFile

@@ -376,5 +376,60 @@ def _trace_file(endpoint: Endpoint, step: TraceFile) -> dict[str, Any]:
         for stamp in record.get("timestamps", ()):
             if not step.names or stamp["name"] in step.names:
                 timestamps[stamp["name"]] = timestamps.get(stamp["name"], 0) + 1
-    return {"traces": {model: len(ids) for model, ids in sorted(traces.items())},
-            "timestamps": dict(sorted(timestamps.items()))}
+    answer: dict[str, Any] = {
+        "traces": {model: len(ids) for model, ids in sorted(traces.items())},
+        "timestamps": dict(sorted(timestamps.items()))}
+    if step.summary:
+        answer["summary"] = _trace_summary(records)
+    return answer
+
+
+# A trace's frontend: the timestamp its root trace has (trace_summary.py's filter).
+_FRONTEND_MARKS = {"http": "HTTP_RECV_START", "grpc": "GRPC_WAITREAD_START"}
+# The spans the QA summary measures: (start, end), each measured when both are there.
+_SPANS = [("HTTP_RECV_START", "HTTP_SEND_END"), ("HTTP_RECV_START", "HTTP_RECV_END"),
+          ("HTTP_SEND_START", "HTTP_SEND_END"), ("GRPC_WAITREAD_START", "GRPC_SEND_END"),
+          ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END"), ("GRPC_SEND_START", "GRPC_SEND_END"),
+          ("REQUEST_START", "REQUEST_END"), ("QUEUE_START", "COMPUTE_START"),
+          ("COMPUTE_START", "COMPUTE_END"), ("COMPUTE_START", "COMPUTE_INPUT_END"),
+          ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START"), ("COMPUTE_OUTPUT_START", "COMPUTE_END")]
+
+
+def _trace_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per frontend, the traces per model the QA summary counts; spans out of order."""
+    models: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    stamps: dict[int, dict[str, int]] = {}
+    for record in records:
+        trace_id = record.get("id")
+        if trace_id is None:
+            continue
+        if "model_name" in record:
+            models[trace_id] = record["model_name"]
+        if "parent_id" in record:
+            parents[trace_id] = record["parent_id"]
+        for stamp in record.get("timestamps", ()):
+            stamps.setdefault(trace_id, {})[stamp["name"]] = stamp["ns"]
+    summary: dict[str, Any] = {}
+    disorder: list[str] = []
+    for frontend, mark in _FRONTEND_MARKS.items():
+        counted: dict[str, int] = {}
+        for trace_id in sorted(models):
+            root = trace_id
+            while root in parents:
+                root = parents[root]
+            if root in parents or mark not in stamps.get(root, {}):
+                continue
+            own = stamps.get(trace_id, {})
+            if "REQUEST_START" not in own or "REQUEST_END" not in own:
+                continue
+            model = models[trace_id]
+            counted[model] = counted.get(model, 0) + 1
+            for start, end in _SPANS:
+                if start in own and end in own and own[end] < own[start]:
+                    disorder.append(f"{model}: {end} < {start}")
+        if counted:
+            summary[frontend] = dict(sorted(counted.items()))
+    if disorder:
+        summary["out_of_order"] = sorted(set(disorder))
+    return summary

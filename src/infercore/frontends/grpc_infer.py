@@ -48,6 +48,15 @@ from .header_forward import compile_forward_pattern
 from .kserve import as_triton_error, grpc_status
 from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
+from .trace_stamps import (
+    GRPC_SEND_END,
+    GRPC_SEND_START,
+    GRPC_WAITREAD_END,
+    GRPC_WAITREAD_START,
+    INFER_RESPONSE_COMPLETE,
+    held_trace,
+    release,
+)
 
 __all__ = ["InferService", "Prepared", "prepare"]
 
@@ -127,6 +136,7 @@ class InferService:
         self._forward = compile_forward_pattern(header_forward_pattern,
                                                 "grpc-header-forward-pattern")
         self._reply_metadata = compression_metadata(compression)
+        self._tracer = server.tracer
 
     @property
     def forward_pattern(self) -> re.Pattern[str] | None:
@@ -166,8 +176,10 @@ class InferService:
                       split: tuple[bytes, list[memoryview]] | None = None) -> bool:
         """Start the request of ``data`` (``split``: its raw tensors split off) and answer
         ``call``, now or when it is done; True when it was refused before it started."""
+        tracer = self._tracer
+        read_start = tracer.now_ns() if tracer.active else 0
         try:
-            prepared, stream = self._start(data, call.metadata, split)
+            prepared, stream = self._start(data, call.metadata, split, read_start=read_start)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
             # in a function of its own: a local here naming the error would make a cycle
             # with its traceback, keeping this frame and its data until a full collection
@@ -183,9 +195,10 @@ class InferService:
         return False
 
     def _start(self, data: bytes, metadata: tuple[tuple[str, str | bytes], ...] | None,
-               split: tuple[bytes, list[memoryview]] | None = None
+               split: tuple[bytes, list[memoryview]] | None = None, read_start: int = 0
                ) -> tuple[Prepared, ResponseStream]:
-        """Parse, decode and start a ModelInfer request; raises the error to answer with."""
+        """Parse, decode and start a ModelInfer request; raises the error to answer with.
+        ``read_start``: when the call's message came (trace clock; 0: not traced)."""
         if split is None and len(data) > LARGE_REQUEST_BYTES:
             split = split_raw_contents(data)
         if split is None:
@@ -194,19 +207,29 @@ class InferService:
             msg, raw = parse_request(split[0]), split[1]
         prepared = prepare(self._server, self._shm, msg, self._forward,
                            metadata if self._forward is not None else None, raw)
+        request = prepared.decoded.request
+        if read_start:
+            request.frontend_stamps = [(GRPC_WAITREAD_START, read_start),
+                                       (GRPC_WAITREAD_END, self._tracer.now_ns())]
         try:
             if prepared.decoupled:
                 raise UnsupportedError(_DECOUPLED)
             # Caller.LOOP: the stream is read as soon as the request is done, on the
             # completion-queue or the large-request thread, which must not block
-            return prepared, self._server.infer(prepared.decoded.request,
-                                                raise_on_error=False, caller=Caller.LOOP)
+            return prepared, self._server.infer(request, raise_on_error=False,
+                                                caller=Caller.LOOP)
         except BaseException:
             prepared.regions.release()  # not started: nothing else will release them
+            if read_start:
+                release(request)  # sampled, then refused: its trace ends now
             raise
 
     def _answer(self, call: UnaryCall, stream: ResponseStream, prepared: Prepared) -> None:
         """Send the (only) response of a finished request; on whichever thread has it."""
+        request = prepared.decoded.request
+        trace = None if request.frontend_stamps is None else held_trace(request)
+        if trace is not None:
+            trace.frontend_stamp(INFER_RESPONSE_COMPLETE)
         try:
             response = stream.next_nowait()
             if response is None:
@@ -216,10 +239,18 @@ class InferService:
             serialized = self._serialize(response, prepared)
         except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
             _fail(call, exc)
+            if trace is not None:
+                trace.frontend_done()
             return
         finally:
             prepared.regions.release()
+        if trace is None:
+            call.reply(serialized, self._reply_metadata)
+            return
+        trace.frontend_stamp(GRPC_SEND_START)
         call.reply(serialized, self._reply_metadata)
+        trace.frontend_stamp(GRPC_SEND_END)
+        trace.frontend_done()
 
     def _serialize(self, response: InferResponse, prepared: Prepared) -> bytes:
         specs = prepared.decoded.outputs

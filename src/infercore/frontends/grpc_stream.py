@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -39,6 +39,18 @@ from .grpc_encode import encode_response
 from .grpc_infer import Prepared, parse_request, prepare
 from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
+from .trace_stamps import (
+    GRPC_SEND_END,
+    GRPC_SEND_START,
+    GRPC_WAITREAD_END,
+    GRPC_WAITREAD_START,
+    INFER_RESPONSE_COMPLETE,
+    held_trace,
+    release,
+)
+
+if TYPE_CHECKING:
+    from ..trace_record import Trace
 
 __all__ = ["StreamSession"]
 
@@ -53,6 +65,25 @@ class _Failure:
 
     def __init__(self, error: TritonError) -> None:
         self.error = error
+
+
+class _Traced:
+    """A queued message of a traced request: the writer stamps its send."""
+
+    __slots__ = ("message", "trace")
+
+    def __init__(self, message: pb.ModelStreamInferResponse, trace: Trace) -> None:
+        self.message = message
+        self.trace = trace
+
+
+class _TraceDone:
+    """Queued after a traced request's last message: its trace may end once written."""
+
+    __slots__ = ("trace",)
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
 
 
 class StreamSession:
@@ -74,6 +105,7 @@ class StreamSession:
         self._pending = 0  # requests read and not yet fully answered
         self._reading = True
         self._tail: asyncio.Future[None] | None = None  # the last ordered request's turn
+        self._tracer = server.tracer
 
     async def run(self, requests: AsyncIterator[bytes]) -> None:
         """Serve the stream until it ends; the handler's whole body."""
@@ -85,8 +117,19 @@ class StreamSession:
                     break
                 if isinstance(item, _Failure):
                     await self._context.abort(grpc_status(item.error), item.error.message)
-                await self._context.write(item)
+                if type(item) is _Traced:
+                    item.trace.frontend_stamp(GRPC_SEND_START)
+                    await self._context.write(item.message)
+                    item.trace.frontend_stamp(GRPC_SEND_END)
+                elif type(item) is _TraceDone:
+                    item.trace.frontend_done()
+                else:
+                    await self._context.write(item)
         finally:
+            while not self._queue.empty():  # not written: the traces waiting on them end
+                left = self._queue.get_nowait()
+                if type(left) is _TraceDone:
+                    left.trace.frontend_done()
             reader.cancel()
             for task in list(self._tasks):
                 task.cancel()  # cancelling a task cancels its engine request
@@ -95,16 +138,19 @@ class StreamSession:
     # -- reading -------------------------------------------------------------------------------
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
         try:
+            tracer = self._tracer
             async for data in requests:
                 self._pending += 1
-                self._start(data)
+                self._start(data, tracer.now_ns() if tracer.active else 0)
         finally:
             self._reading = False
             self._answered(0)
 
-    def _start(self, data: bytes) -> None:
-        """Start one request (or answer its error at once); never raises."""
+    def _start(self, data: bytes, read_start: int = 0) -> None:
+        """Start one request (or answer its error at once); never raises. ``read_start``:
+        when its message came (trace clock; 0: not traced)."""
         request_id = ""
+        trace = None
         try:
             msg = parse_request(data)
             request_id = msg.id
@@ -112,11 +158,19 @@ class StreamSession:
                 raise UnavailableError(_SHUTTING_DOWN)
             prepared = prepare(self._server, self._shm, msg, self._forward,
                                self._metadata if self._forward is not None else None)
+            request = prepared.decoded.request
+            if read_start:
+                request.frontend_stamps = [(GRPC_WAITREAD_START, read_start),
+                                           (GRPC_WAITREAD_END, self._tracer.now_ns())]
             try:
-                stream = self._server.infer(prepared.decoded.request, raise_on_error=False)
+                stream = self._server.infer(request, raise_on_error=False)
             except BaseException:
                 prepared.regions.release()
+                if read_start:
+                    release(request)  # sampled, then refused: its trace ends now
                 raise
+            if read_start:
+                trace = held_trace(request)
         except Exception as exc:  # noqa: BLE001 - answered in-band
             error = as_triton_error(exc)
             message = pb.ModelStreamInferResponse(error_message=error.message)
@@ -125,10 +179,10 @@ class StreamSession:
             self._spawn(self._answer_error(message, previous, turn))
             return
         if prepared.decoupled:
-            self._spawn(self._answer_decoupled(stream, prepared))
+            self._spawn(self._answer_decoupled(stream, prepared, trace))
         else:
             previous, turn = self._take_turn()
-            self._spawn(self._answer(stream, prepared, previous, turn))
+            self._spawn(self._answer(stream, prepared, previous, turn, trace))
 
     def _take_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         previous = self._tail
@@ -148,7 +202,8 @@ class StreamSession:
 
     # -- answering -----------------------------------------------------------------------------
     async def _answer(self, stream: ResponseStream, prepared: Prepared,
-                      previous: asyncio.Future[None] | None, turn: asyncio.Future[None]) -> None:
+                      previous: asyncio.Future[None] | None, turn: asyncio.Future[None],
+                      trace: Trace | None = None) -> None:
         """A request for a model that is not decoupled: one response, in arrival order."""
         try:
             try:
@@ -156,27 +211,39 @@ class StreamSession:
             except StopAsyncIteration:
                 response = InferResponse(prepared.decoded.request.model_name, -1,
                                          error=InternalError("expected a single response, got 0"))
+            if trace is not None:
+                trace.frontend_stamp(INFER_RESPONSE_COMPLETE)
             message, error = self._message(response, prepared, final=True)
             if previous is not None and not previous.done():
                 await previous
-            self._put(message, error)
+            self._put(message, error, trace)
         finally:
             prepared.regions.release()
             if not turn.done():
                 turn.set_result(None)
+            if trace is not None:
+                self._queue.put_nowait(_TraceDone(trace))
             self._answered()
 
-    async def _answer_decoupled(self, stream: ResponseStream, prepared: Prepared) -> None:
+    async def _answer_decoupled(self, stream: ResponseStream, prepared: Prepared,
+                                trace: Trace | None = None) -> None:
         """A decoupled model's responses, written as they come."""
         try:
             final = False
+            first = True
             async for response in stream:
+                if first and trace is not None:
+                    # as Triton's stream handler: stamped at the first response only
+                    trace.frontend_stamp(INFER_RESPONSE_COMPLETE)
+                first = False
                 final = response.final
-                self._put(*self._message(response, prepared, final=final))
+                self._put(*self._message(response, prepared, final=final), trace)
             if not final and prepared.decoded.empty_final_response:
-                self._put(*self._message(None, prepared, final=True))
+                self._put(*self._message(None, prepared, final=True), trace)
         finally:
             prepared.regions.release()
+            if trace is not None:
+                self._queue.put_nowait(_TraceDone(trace))
             self._answered()
 
     async def _answer_error(self, message: pb.ModelStreamInferResponse,
@@ -192,9 +259,12 @@ class StreamSession:
             turn.set_result(None)
             self._answered()
 
-    def _put(self, message: pb.ModelStreamInferResponse, error: TritonError | None) -> None:
+    def _put(self, message: pb.ModelStreamInferResponse, error: TritonError | None,
+             trace: Trace | None = None) -> None:
         if error is not None and self._grpc_errors:
             self._queue.put_nowait(_Failure(error))
+        elif trace is not None:
+            self._queue.put_nowait(_Traced(message, trace))
         else:
             self._queue.put_nowait(message)
 

@@ -163,12 +163,14 @@ class HttpFrontend(LoopThreadFrontend):
         keep_raw = bool(options.header_forward_pattern) or bool(options.restricted)
         handle = guard_http(self._handler(router), options.restricted)
         wanted = self.wanted_headers
+        tracer = self._server.tracer
 
         def connection() -> HttpConnection:
             return HttpConnection(handle, connections,
                                   max_input_size=options.max_input_size,
                                   keep_raw_headers=keep_raw, busy_poll=busy_poll,
-                                  wanted_headers=wanted, large=self._large)
+                                  wanted_headers=wanted, large=self._large,
+                                  tracer=tracer)
 
         listener = await asyncio.get_running_loop().create_server(
             connection, options.address or None, options.port, reuse_address=True,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
@@ -50,6 +50,16 @@ from .http_messages import (
 from .kserve import as_triton_error
 from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
+from .trace_stamps import (
+    HTTP_RECV_END,
+    HTTP_RECV_START,
+    INFER_RESPONSE_COMPLETE,
+    held_trace,
+    release,
+)
+
+if TYPE_CHECKING:
+    from ..trace_record import Trace
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
 
@@ -172,6 +182,20 @@ class InferHandler:
             # that an unescaped log shows the message as it is: log_format_test.py)
             logger.debug("[request id: <id_unknown>] Infer failed: %s", error.message)
             return error_response(error)
+        trace = None if request.received is None else held_trace(decoded.request)
+        if trace is None:
+            return await self._answer(request, stream, decoded)
+        try:
+            reply = await self._answer(request, stream, decoded, trace)
+        except BaseException:  # cancelled: the client went away
+            trace.frontend_done()
+            raise
+        reply.trace = trace  # the connection stamps the send and lets the trace end
+        return reply
+
+    async def _answer(self, request: HttpRequest, stream: ResponseStream,
+                      decoded: DecodedInfer, trace: Trace | None = None) -> HttpResponse:
+        """The answer of a request that started."""
         try:  # the answer's own errors: Triton sends them without a content type
             # a thread of ours answers: the loop must leave it the GIL meanwhile
             held = hold_while_a_thread_answers(self._busy_poll, stream)
@@ -185,6 +209,8 @@ class InferHandler:
                 # backend allows it): the final flag may follow alone, later.
                 async for later in stream:
                     response = later
+            if trace is not None:
+                trace.frontend_stamp(INFER_RESPONSE_COMPLETE)
             if response.error is not None:
                 return error_response(response.error, content_type=_TEXT)
             return self._reply(request, response, decoded)
@@ -201,9 +227,19 @@ class InferHandler:
                ) -> tuple[DecodedInfer, ResponseStream]:
         """Decode the request and start it in the engine; raises the error to answer."""
         decoded = self._decode(request, model, version, body, header_length, regions)
-        # caller: awaited at once, so no instance thread is woken in vain
-        return decoded, self._server.infer(decoded.request, raise_on_error=False,
-                                           caller=caller)
+        received = request.received
+        if received is None:
+            # caller: awaited at once, so no instance thread is woken in vain
+            return decoded, self._server.infer(decoded.request, raise_on_error=False,
+                                               caller=caller)
+        decoded.request.frontend_stamps = [(HTTP_RECV_START, received[0]),
+                                           (HTTP_RECV_END, received[1])]
+        try:
+            return decoded, self._server.infer(decoded.request, raise_on_error=False,
+                                               caller=caller)
+        except BaseException:
+            release(decoded.request)  # sampled, then refused: its trace ends now
+            raise
 
     def _decode(self, request: HttpRequest, model: str, version: int, body: bytes,
                 header_length: int | None, regions: RegionUse) -> DecodedInfer:

@@ -21,11 +21,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
 from ..errors import InvalidArgumentError, TritonError, UnsupportedError
 from .kserve import http_status
+
+if TYPE_CHECKING:
+    from ..trace_record import Trace
 
 __all__ = [
     "HttpRequest",
@@ -54,6 +58,8 @@ class HttpRequest:
     headers: dict[bytes, bytes] = field(default_factory=dict)
     # Every header as sent, only when --http-header-forward-pattern asks for them.
     raw_headers: list[tuple[bytes, bytes]] | None = None
+    # When it began and ended arriving (trace clock ns), only while tracing may sample.
+    received: tuple[int, int] | None = None
 
     def header(self, name: bytes) -> bytes | None:
         return self.headers.get(name)
@@ -73,6 +79,8 @@ class HttpResponse:
     # iterator was even started.
     stream: AsyncIterator[bytes] | None = None
     cancel: Callable[[], object] | None = None
+    # The trace waiting for this answer's send timestamps (trace_stamps.py), if any.
+    trace: Trace | None = None
 
     @property
     def body_length(self) -> int:

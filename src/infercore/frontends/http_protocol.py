@@ -52,7 +52,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httptools
 
@@ -67,6 +67,10 @@ from .http_messages import (
     serialize_head,
 )
 from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
+from .trace_stamps import HTTP_SEND_END, HTTP_SEND_START
+
+if TYPE_CHECKING:
+    from ..tracing import Tracer
 
 __all__ = ["ConnectionSet", "HttpConnection", "WANTED_HEADERS"]
 
@@ -122,8 +126,10 @@ class HttpConnection(asyncio.Protocol):
     def __init__(self, router: Router, connections: ConnectionSet, *, max_input_size: int,
                  keep_raw_headers: bool = False, busy_poll: BusyPoll | None = None,
                  wanted_headers: frozenset[bytes] = WANTED_HEADERS,
-                 large: LargeRequests | None = None) -> None:
+                 large: LargeRequests | None = None, tracer: Tracer | None = None) -> None:
         self._router = router
+        self._tracer = tracer  # stamps a request's arrival while it may sample
+        self._recv_start = 0
         self._wanted = wanted_headers
         self._large = large  # gives memory back after a large refused body
         self._connections = connections
@@ -228,6 +234,9 @@ class HttpConnection(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
+        tracer = self._tracer
+        if tracer is not None and tracer.active:
+            self._recv_start = tracer.now_ns()
         self._url = b""
         self._headers = {}
         self._raw_headers = [] if self._keep_raw_headers else None
@@ -311,6 +320,10 @@ class HttpConnection(asyncio.Protocol):
         raw_method = self._parser.get_method()
         method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
         request = HttpRequest(method, path, body, self._headers, self._raw_headers)
+        if self._recv_start:
+            assert self._tracer is not None
+            request.received = (self._recv_start, self._tracer.now_ns())
+            self._recv_start = 0
         self._body = []
         keep_alive = self._parser.should_keep_alive() and not self._framed_twice
         self._pending.append((request, keep_alive))
@@ -380,6 +393,8 @@ class HttpConnection(asyncio.Protocol):
         if not self._closed:
             self._write(response, keep_alive)
             self._serve_pending()
+        elif response.trace is not None:
+            response.trace.frontend_done()
 
     def _answered_last(self, response: HttpResponse | None,
                        error: BaseException | None) -> None:
@@ -463,14 +478,22 @@ class HttpConnection(asyncio.Protocol):
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         transport = self._transport
+        trace = response.trace
         if transport is None or self._closed:
+            if trace is not None:
+                trace.frontend_done()
             return
         keep_alive = keep_alive and not self._draining
+        if trace is not None:
+            trace.frontend_stamp(HTTP_SEND_START)
         head = serialize_head(response, response.body_length, keep_alive)
         if response.parts:
             transport.writelines([head, *response.parts])
         else:
             transport.write(head)
+        if trace is not None:
+            trace.frontend_stamp(HTTP_SEND_END)
+            trace.frontend_done()
         if self._busy_poll is not None:  # the client's next request may come soon
             self._busy_poll.touch()
         if not keep_alive:

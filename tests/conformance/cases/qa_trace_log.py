@@ -6,9 +6,8 @@ the server stops, with the settings then reading back ``trace_count`` "0". Then 
 for out-of-range counts, rates and log frequencies. A count given at start-up runs out the
 same way. Trace files are compared by what
 they hold, counted (``TraceFile``): traces per model, and the timestamps the core records
-per name (REQUEST_START to REQUEST_END). The frontends' own timestamps (HTTP_RECV_*,
-HTTP_SEND_*, INFER_RESPONSE_COMPLETE) are left out: infercore's trace files do not have
-them yet.
+per name (REQUEST_START to REQUEST_END); the frontends' own (HTTP_RECV_*, HTTP_SEND_*,
+INFER_RESPONSE_COMPLETE) are compared in trace_frontends.py.
 
 Triton's QA log format test (qa/L0_logging/log_format_test.py) sends an input whose name
 holds log records of its own and expects them, with escaping turned off
