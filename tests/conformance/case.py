@@ -131,11 +131,14 @@ class LogFile:
     """The lines of the file at ``path`` (a server's ``--log-file``) that contain
     ``contains``. A server may write a line after it answered the request that caused it
     (the Python backend's log lines travel from the model's process), so the step first
-    waits, a few seconds at most, for a line containing ``until`` (default: ``contains``)."""
+    waits, a few seconds at most, for a line containing ``until`` (default: ``contains``).
+    ``messages``: the answer is the lines' messages (``log_messages``), for lines whose
+    source location is Triton's C++ file in one and infercore's Python in the other."""
 
     path: str
     contains: str
     until: str | None = None
+    messages: bool = False  # compare the messages only (log_prefix): not the locations
 
 
 @dataclass(frozen=True)

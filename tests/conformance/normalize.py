@@ -20,7 +20,7 @@ docs/conformance.md and in a replay's failure message:
   the level letter, the location, the message and the layout itself are compared.
 - ``log_prefix``: a log line's level letter, date, time, thread id and source location
   (``E1201 21:25:48.949297 6502 server.cc:302] ``) and the quotes Triton puts around the
-  message are dropped, leaving the message.
+  message are dropped, leaving the message (a start-up error line, ``log_messages``).
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def _walk(value: Any, substitutions: list[tuple[str, str]], key: str | None) -> 
     if isinstance(value, str) and key == "log_lines":  # log_line_stamps
         value = _STAMP_DEFAULT.sub(r"\1<mmdd> <hh:mm:ss.us> <pid> ", value)
         value = _STAMP_ISO8601.sub(r"<iso8601> \1 <pid> ", value)
+    if isinstance(value, str) and key == "log_messages":  # log_prefix
+        value = _message(value)
     if isinstance(value, str) and key not in _DIGESTS:
         for real, placeholder in substitutions:  # run_values
             if not real:

@@ -353,7 +353,8 @@ def _log_file(endpoint: Endpoint, step: LogFile) -> dict[str, Any]:
         time.sleep(0.05)
     if lines is None:
         return {"log_file": "missing"}
-    return {"log_lines": [line for line in lines if contains in line]}
+    found = [line for line in lines if contains in line]
+    return {"log_messages" if step.messages else "log_lines": found}
 
 
 def _trace_file(endpoint: Endpoint, step: TraceFile) -> dict[str, Any]:

@@ -170,7 +170,7 @@ class HttpFrontend(LoopThreadFrontend):
                                   max_input_size=options.max_input_size,
                                   keep_raw_headers=keep_raw, busy_poll=busy_poll,
                                   wanted_headers=wanted, large=self._large,
-                                  tracer=tracer)
+                                  tracer=tracer, label=self.label)
 
         listener = await asyncio.get_running_loop().create_server(
             connection, options.address or None, options.port, reuse_address=True,

@@ -91,6 +91,12 @@ _ANSWERS_PER_TURN = 32  # requests answered in a row before the loop serves othe
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "PATCH",
                                       "OPTIONS")}
+# libevhtp's numbers for methods, as Triton's verbose "HTTP request: <method> <path>" line
+# prints them (htp_method_UNKNOWN for the others)
+_EVHTP_METHODS = {"GET": 0, "HEAD": 1, "POST": 2, "PUT": 3, "DELETE": 4, "MKCOL": 5,
+                  "COPY": 6, "MOVE": 7, "OPTIONS": 8, "PROPFIND": 9, "PROPPATCH": 10,
+                  "LOCK": 11, "UNLOCK": 12, "TRACE": 13, "CONNECT": 14, "PATCH": 15}
+_EVHTP_UNKNOWN = 16
 
 Router = Callable[[HttpRequest], Any]  # -> HttpResponse | Coroutine[..., HttpResponse]
 
@@ -126,8 +132,10 @@ class HttpConnection(asyncio.Protocol):
     def __init__(self, router: Router, connections: ConnectionSet, *, max_input_size: int,
                  keep_raw_headers: bool = False, busy_poll: BusyPoll | None = None,
                  wanted_headers: frozenset[bytes] = WANTED_HEADERS,
-                 large: LargeRequests | None = None, tracer: Tracer | None = None) -> None:
+                 large: LargeRequests | None = None, tracer: Tracer | None = None,
+                 label: str = "HTTP") -> None:
         self._router = router
+        self._verbose_prefix = f"{label} request: %d %s"  # Triton's verbose line
         self._tracer = tracer  # stamps a request's arrival while it may sample
         self._recv_start = 0
         self._wanted = wanted_headers
@@ -320,6 +328,9 @@ class HttpConnection(asyncio.Protocol):
         raw_method = self._parser.get_method()
         method = _METHODS.get(raw_method) or raw_method.decode("latin-1")
         request = HttpRequest(method, path, body, self._headers, self._raw_headers)
+        if logger.isEnabledFor(logging.DEBUG):  # verbose level 1: Triton logs each request
+            logger.debug(self._verbose_prefix, _EVHTP_METHODS.get(method, _EVHTP_UNKNOWN),
+                         path)
         if self._recv_start:
             assert self._tracer is not None
             request.received = (self._recv_start, self._tracer.now_ns())
