@@ -522,13 +522,18 @@ _NEWER = ("current Triton has --allow-client-shm, default false: 'Client "
           "be started with `--allow-client-shm=true`. The default value is `false`.' "
           "(docs/protocol/extension_shared_memory.md, triton-inference-server/server main; "
           "added by PR #8721/#8739). Triton 2.51 has no such flag and serves them")
-# Triton's own text and code for the refusal are not in the sources at hand: the code is
-# UNAVAILABLE, as Triton answers for a feature the server was built without ("the server
-# does not suppport tracing", http_server.cc HandleTrace).
+# Triton's own text for the refusal is not in the sources at hand (the code, issue and
+# documentation corpora searched for it: the flag's PR #8739 shows no diff there). The code
+# is UNAVAILABLE, as current Triton answers shared-memory calls that a frontend cannot serve
+# (PR #8936: a frontend with no shared-memory manager answers TRITONSERVER_ERROR_UNAVAILABLE,
+# HTTP 503 / gRPC UNAVAILABLE) and a feature the server was built without ("the server does
+# not suppport tracing", http_server.cc HandleTrace).
 _REFUSAL = ("Client shared memory is disabled: start the server with "
             "--allow-client-shm=true to use shared-memory regions")
 _REFUSED_HTTP = {"status": 503, "body": {"error": _REFUSAL}}
 _REFUSED_GRPC = {"code": "UNAVAILABLE", "details": _REFUSAL}
+# on a stream the error travels in-band, and the stream ends OK
+_REFUSED_STREAM = {"code": "OK", "stream": [{"error_message": _REFUSAL}]}
 _NOT_ALLOWED = [
     Case("http_status_refused", [_http_status(), _http_status("in")], newer=_NEWER,
          expect=[_REFUSED_HTTP, _REFUSED_HTTP]),
@@ -559,6 +564,26 @@ _NOT_ALLOWED = [
           Shm("unlink", KEY_B)],
          newer=_NEWER,
          expect=[_REFUSED_HTTP, _REFUSED_GRPC, {"shm": "unlinked"}, {"shm": "unlinked"}]),
+    Case("grpc_cuda_register_refused",
+         [Grpc("CudaSharedMemoryRegister", {"name": "gpu", "raw_handle": _HANDLE,
+                                            "device_id": 0, "byte_size": 64})],
+         newer=_NEWER, expect=[_REFUSED_GRPC]),
+    Case("grpc_status_of_one_refused", [_grpc_status("gin")], newer=_NEWER,
+         expect=[_REFUSED_GRPC]),
+    Case("http_unregister_all_refused", [_http_unregister()], newer=_NEWER,
+         expect=[_REFUSED_HTTP]),
+    Case("http_cuda_region_refused",
+         [Http("GET", "/v2/cudasharedmemory/region/gpu/status"),
+          Http("POST", "/v2/cudasharedmemory/region/gpu/unregister")],
+         newer=_NEWER, expect=[_REFUSED_HTTP] * 2),
+    Case("grpc_infer_output_refused",
+         [_grpc_infer([{"name": n, "datatype": "INT32", "shape": ["1", "16"]}
+                       for n in ("INPUT0", "INPUT1")], [_grpc_output("OUTPUT0")],
+                      raw=(raw_tensor(IN0), raw_tensor(IN1)))],
+         newer=_NEWER, expect=[_REFUSED_GRPC]),
+    Case("grpc_stream_infer_input_refused",
+         [GrpcStream([_grpc_infer_request(_grpc_shm_inputs())]), _grpc_good()],
+         newer=_NEWER, expect=[_REFUSED_STREAM, {"code": "OK"}]),
     Case("plain_inference_served", [_http_good(), _grpc_good()]),
 ]
 
