@@ -439,3 +439,17 @@ def test_tracer_is_active_only_while_some_scope_may_sample(add_sub_repo, tmp_pat
         server.update_trace_settings("add_sub", trace_level=None)
         assert not server.tracer.active
     assert not server.tracer.active
+
+
+def test_a_request_refused_before_its_model_leaves_the_frontends_stamps(add_sub_repo,
+                                                                       tmp_path):
+    path = tmp_path / "trace.json"
+    config = TraceConfig(level=("TIMESTAMPS",), rate=2, file=str(path), log_frequency=1)
+    with Server(model_repository=add_sub_repo.path, trace_config=config) as server:
+        stamps = [("HTTP_RECV_START", 5), ("HTTP_RECV_END", 7)]
+        server.tracer.refused("add_sub", stamps)  # the 1st of every 2: not sampled
+        assert not (tmp_path / "trace.json.0").exists()
+        server.tracer.refused("add_sub", stamps)  # sampled: written at once
+        records = json.loads((tmp_path / "trace.json.0").read_text())
+    assert records == [{"id": 1, "timestamps": [{"name": "HTTP_RECV_START", "ns": 5}]},
+                       {"id": 1, "timestamps": [{"name": "HTTP_RECV_END", "ns": 7}]}]

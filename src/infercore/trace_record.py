@@ -144,6 +144,17 @@ class Trace:
             if self._held:
                 self._frontend.append((name, ns))
 
+    def refused(self, stamps: list[tuple[str, int]]) -> None:
+        """A trace a frontend sampled for a request refused before it reached its model
+        (a body that cannot be decoded): only the frontend's timestamps, no model record,
+        as Triton writes it."""
+        with self._lock:
+            self._frontend = list(stamps)
+            self._finished = True
+            stamp = '{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}'
+            self._own = [stamp % (self.id, name, ns) for name, ns in stamps]
+            self._close_if_idle()
+
     def frontend_done(self) -> None:
         """The frontend answered (or gave up: the client went away): finish if the
         request has ended too. Idempotent."""

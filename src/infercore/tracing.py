@@ -198,6 +198,14 @@ class Tracer:
                 self.active = self.active or tracer.on
             return tracer
 
+    def refused(self, model: str, stamps: list[tuple[str, int]]) -> None:
+        """A request for ``model`` (a model the server has) that a frontend refused before
+        it reached the model: sampled as Triton's HTTP frontend samples every request it
+        starts, and written with the frontend's timestamps only."""
+        trace = self.for_model(model).sample()
+        if trace is not None:
+            trace.refused(stamps)
+
     def _rebuild(self) -> None:
         with self._lock:
             if self._closed:

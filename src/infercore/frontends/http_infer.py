@@ -134,9 +134,11 @@ class InferHandler:
                     json_request_errors: bool = False) -> HttpResponse:
         """The answer to an inference request. ``json_request_errors``: the errors found
         before the model runs are all declared JSON (SageMaker's multi-model invoke)."""
+        received = None  # set once Triton would have sampled the request for tracing
         try:  # what Triton checks before it declares a JSON answer: errors are text/plain
             if self._server.model(model, version).decoupled:
                 raise UnsupportedError(_DECOUPLED)
+            received = request.received
             body = request.body
             encoding = request.headers.get(b"content-encoding")
             if encoding is not None and self._dialect is KSERVE:
@@ -145,6 +147,8 @@ class InferHandler:
             header_length = self._dialect.header_length(request, body,
                                                          body is not request.body)
         except TritonError as exc:
+            if received is not None:
+                self._server.tracer.refused(model, _received_stamps(received))
             if json_request_errors:
                 return error_response(exc)
             refusal = error_response(exc, content_type=_TEXT)
@@ -226,19 +230,27 @@ class InferHandler:
                header_length: int | None, regions: RegionUse, caller: Caller
                ) -> tuple[DecodedInfer, ResponseStream]:
         """Decode the request and start it in the engine; raises the error to answer."""
-        decoded = self._decode(request, model, version, body, header_length, regions)
         received = request.received
         if received is None:
+            decoded = self._decode(request, model, version, body, header_length, regions)
             # caller: awaited at once, so no instance thread is woken in vain
             return decoded, self._server.infer(decoded.request, raise_on_error=False,
                                                caller=caller)
-        decoded.request.frontend_stamps = [(HTTP_RECV_START, received[0]),
-                                           (HTTP_RECV_END, received[1])]
+        stamps = _received_stamps(received)
+        try:
+            decoded = self._decode(request, model, version, body, header_length, regions)
+        except BaseException:
+            self._server.tracer.refused(model, stamps)  # as Triton, which sampled it
+            raise
+        decoded.request.frontend_stamps = stamps
         try:
             return decoded, self._server.infer(decoded.request, raise_on_error=False,
                                                caller=caller)
         except BaseException:
-            release(decoded.request)  # sampled, then refused: its trace ends now
+            # Refused by the model's checks: Triton writes nothing of its trace (the
+            # receive timestamps too are lost), nor does infercore; sampled, then
+            # refused: its trace ends now.
+            release(decoded.request)
             raise
 
     def _decode(self, request: HttpRequest, model: str, version: int, body: bytes,
@@ -283,6 +295,10 @@ class InferHandler:
                 parts = [compress(parts, encoding)]
                 extra += _CONTENT_ENCODING[encoding]
         return HttpResponse(200, parts, content_type, extra)
+
+
+def _received_stamps(received: tuple[int, int]) -> list[tuple[str, int]]:
+    return [(HTTP_RECV_START, received[0]), (HTTP_RECV_END, received[1])]
 
 
 def _no_classification(output: str) -> tuple[list[str], bool]:

@@ -109,6 +109,23 @@ _CASES = [
          [GrpcStream(requests=[_grpc_request("simple")], raw=[_raw()]), _trace(8)]),
     Case("grpc_infer_after_streams", [_grpc("simple"), _trace(9)],
          note="the files go on in order after the streams"),
+    Case("http_refused_before_the_model",  # a body that is not JSON
+         [Http("POST", "/v2/models/simple/infer", body="{not json"), _http("simple"),
+          TraceFile(f"{_FILE}.10", summary=True), TraceFile(f"{_FILE}.11", summary=True)]),
+    Case("grpc_refused_before_the_model",
+         [Grpc("ModelInfer", {"model_name": "simple", "inputs": [
+             {"name": "INPUT0", "datatype": "INT32", "shape": ["1", "16"]}]},
+             raw=_raw()[:1]), _grpc("simple"),
+          TraceFile(f"{_FILE}.12", summary=True), TraceFile(f"{_FILE}.13", summary=True)],
+         note="gRPC refused by the model's checks: no trace at all, the next request's "
+              "goes to the next file"),
+    Case("http_refused_by_the_model",
+         [Http("POST", "/v2/models/simple/infer", json={"inputs": [
+             {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16],
+              "data": list(range(16))}]}), _http("simple"),
+          TraceFile(f"{_FILE}.13", summary=True), TraceFile(f"{_FILE}.14", summary=True)],
+         note="refused by the model's checks: no trace written, as over gRPC (a body that "
+              "cannot be decoded leaves a trace of the receive timestamps only)"),
 ]
 
 _GRPC_CASES = [_CASES[1], _CASES[6]]
