@@ -128,8 +128,6 @@ _CASES = [
               "cannot be decoded leaves a trace of the receive timestamps only)"),
 ]
 
-_GRPC_CASES = [_CASES[1], _CASES[6]]
-
 _FLAGS = ["--trace-config=triton,file=" + _FILE, "--trace-config=level=TIMESTAMPS",
           "--trace-config=rate=1", "--trace-config=triton,log-frequency=1"]
 
@@ -137,9 +135,4 @@ SUITES = [
     Suite("trace_frontends", "trace",
           [add_sub(), decoupled_repeat(), _ENSEMBLE, _ENSEMBLE_DECOUPLED, _bls()],
           _FLAGS, _CASES),
-    # infercore's other gRPC transport (grpc.aio) stamps the same; Triton has only one
-    Suite("trace_frontends_grpc_aio", "trace", [add_sub(), decoupled_repeat()],
-          _FLAGS, [Case(c.name, [c.steps[0], _trace(i)], note=c.note)
-                   for i, c in enumerate(_GRPC_CASES)],
-          infercore_flags=["--grpc-transport=aio"]),
 ]
