@@ -12,7 +12,7 @@
 
 The names and codes mirror Triton's in-process Python API (``tritonserver``), so code
 written against it catches the same classes. No transport status lives here: only
-``frontends/kserve.py`` maps a code to an HTTP or gRPC status.
+``kserve/status.py`` maps a code to an HTTP or gRPC status (and back).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from tritonclient.grpc import service_pb2 as pb
 from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, UnsupportedError
 from ..handle import Model
+from ..kserve.status import as_triton_error, grpc_status
 from ..response import InferResponse, ResponseStream
 from ..server import Server
 from .grpc_codec import (
@@ -45,7 +46,6 @@ from .grpc_codec import (
 from .grpc_core import DirectUnary, UnaryCall, compression_metadata
 from .grpc_encode import LabelsFor, encode_response, serialize_response
 from .header_forward import compile_forward_pattern
-from .kserve import as_triton_error, grpc_status
 from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
 from .trace_stamps import (

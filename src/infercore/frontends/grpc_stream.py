@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 from tritonclient.grpc import service_pb2 as pb
 
 from ..errors import InternalError, TritonError, UnavailableError
+from ..kserve.status import as_triton_error, grpc_status
 from ..response import InferResponse, ResponseStream
 from ..server import Server
 from .grpc_core import CallContext
 from .grpc_encode import encode_response
 from .grpc_infer import Prepared, parse_request, prepare
-from .kserve import as_triton_error, grpc_status
 from .shm import SystemSharedMemory
 from .trace_stamps import (
     GRPC_SEND_END,

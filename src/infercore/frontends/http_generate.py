@@ -37,6 +37,7 @@ import orjson
 from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, TritonError
 from ..generate_schema import generate_shape
+from ..kserve.status import as_triton_error
 from ..request import InferRequest, ParameterValue
 from ..response import InferResponse, ResponseStream
 from ..server import Server
@@ -44,7 +45,6 @@ from ..tensor import DataType, Tensor
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
 from .http_json import JsonObject, json_double, json_string, parse_json, utf8
 from .http_messages import HttpRequest, HttpResponse, error_response
-from .kserve import as_triton_error
 
 __all__ = ["GenerateHandler", "decode_generate", "encode_generate"]
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..caller import Caller
 from ..errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
+from ..kserve.status import as_triton_error
 from ..response import InferResponse, ResponseStream
 from ..server import Server
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
@@ -47,7 +48,6 @@ from .http_messages import (
     decompress,
     error_response,
 )
-from .kserve import as_triton_error
 from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
 from .shm import RegionUse, SystemSharedMemory
 from .trace_stamps import (

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ..errors import InvalidArgumentError, TritonError, UnsupportedError
-from .kserve import http_status
+from ..kserve.status import http_status
 
 if TYPE_CHECKING:
     from ..trace_record import Trace

@@ -28,6 +28,7 @@ from ..errors import (
     UnavailableError,
     UnsupportedError,
 )
+from ..kserve.status import as_triton_error
 from ..log_settings import LOG_FORMATS
 from ..server import Server
 from ..trace_settings import stoi
@@ -37,7 +38,6 @@ from .http_infer import KSERVE, InferDialect, InferHandler
 from .http_json import JsonObject, parse_json, utf8
 from .http_messages import HttpRequest, HttpResponse, error_response, json_response
 from .http_params import is_uint
-from .kserve import as_triton_error
 from .large_requests import LargeRequests
 from .shm import SystemSharedMemory
 

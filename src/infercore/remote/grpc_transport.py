@@ -27,10 +27,10 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ..config import model_config_to_json
 from ..errors import InvalidArgumentError, UnsupportedError
+from ..kserve.status import error_from_grpc
 from ..request import InferRequest, ParameterValue
 from ..response import InferResponse
 from ..tensor import DataType, Tensor
-from .status import error_from_grpc
 from .transport import ResponseSink
 from .wire import (
     ModelInfo,

@@ -26,10 +26,10 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from ..errors import InternalError, TritonError, UnavailableError, UnknownError
+from ..kserve.status import error_from_http
 from ..request import InferRequest
 from ..response import InferResponse
 from .http_codec import decode_generate_event, decode_infer, encode_generate, encode_infer
-from .status import error_from_http
 from .transport import ResponseSink
 from .wire import ModelInfo
 
