@@ -32,8 +32,9 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from ..errors import InvalidArgumentError
+from ..kserve.tensors import CONTENTS_FIELD, FIELD_TYPE, tensor_from_bytes
 from ..request import InferRequest, request_label
-from ..tensor import DataType, RawInput, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
+from ..tensor import DataType, RawInput, Tensor, serialize_bytes_tensor
 from .shm import Regions
 
 __all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version",
@@ -44,25 +45,6 @@ RESERVED_PARAMETERS = ("triton_enable_empty_final_response",)
 
 _DATA_TYPES: dict[str, DataType] = {dt.value: dt for dt in DataType}
 _NUMPY: dict[DataType, np.dtype] = {dt: dt.numpy_dtype for dt in DataType}
-
-# Which datatype each typed `contents` field carries. int_contents / uint_contents also
-# carry the narrower INT8/INT16 and UINT8/UINT16 (Triton keeps each element's low bytes).
-_CONTENT_TYPES: dict[str, DataType] = {
-    "bool_contents": DataType.BOOL,
-    "int_contents": DataType.INT32,
-    "int64_contents": DataType.INT64,
-    "uint_contents": DataType.UINT32,
-    "uint64_contents": DataType.UINT64,
-    "fp32_contents": DataType.FP32,
-    "fp64_contents": DataType.FP64,
-    "bytes_contents": DataType.BYTES,
-}
-_NARROW = {
-    ("int_contents", DataType.INT8),
-    ("int_contents", DataType.INT16),
-    ("uint_contents", DataType.UINT8),
-    ("uint_contents", DataType.UINT16),
-}
 
 @dataclass(frozen=True, slots=True)
 class OutputSpec:
@@ -215,7 +197,7 @@ def decode_request(
                     f"unexpected 'content' provided when using shared memory for input tensor "
                     f"'{name}' for model '{model}'"
                 )
-            tensor = _from_buffer(region, data_type, shape)
+            tensor = tensor_from_bytes(data_type, shape, region, math.prod(shape))
         elif io.HasField("contents"):
             if raw_count:
                 raise InvalidArgumentError(
@@ -224,7 +206,7 @@ def decode_request(
                 )
             tensor = _from_contents(io.contents, data_type, shape, name, model)
         elif raw_index < raw_count:
-            tensor = _from_buffer(raw[raw_index], data_type, shape)
+            tensor = tensor_from_bytes(data_type, shape, raw[raw_index], math.prod(shape))
             raw_index += 1
         else:
             raise InvalidArgumentError(
@@ -247,25 +229,6 @@ def _fits(shape: tuple[int, ...]) -> bool:
     return not shape or min(shape) >= 0
 
 
-def _from_buffer(buffer: bytes | memoryview, data_type: DataType | None,
-                 shape: tuple[int, ...]) -> Tensor:
-    """A tensor viewing raw (or shared memory) bytes, or a RawInput when they do not fit
-    the declared shape and datatype."""
-    if data_type is None or not _fits(shape):
-        return RawInput(data_type, shape, len(buffer),
-                        buffer if data_type is DataType.BYTES else None)
-    count = math.prod(shape)
-    if data_type is DataType.BYTES:
-        try:
-            return Tensor(data_type, deserialize_bytes_tensor(buffer, count).reshape(shape))
-        except InvalidArgumentError:
-            return RawInput(data_type, shape, len(buffer), buffer)
-    dtype = _NUMPY[data_type]
-    if len(buffer) != count * dtype.itemsize:
-        return RawInput(data_type, shape, len(buffer))
-    return Tensor(data_type, np.frombuffer(buffer, dtype).reshape(shape))
-
-
 def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataType | None,
                    shape: tuple[int, ...], name: str, model: str) -> Tensor:
     """The typed ``contents`` of an input, as Triton's frontend accepts them."""
@@ -278,9 +241,8 @@ def _from_contents(contents: service_pb2.InferTensorContents, data_type: DataTyp
                 f"'{model}', binary data was already supplied."
             )
         field, field_values = fields[0]
-        carried = _CONTENT_TYPES[field.name]
-        if data_type is None or (
-                carried is not data_type and (field.name, data_type) not in _NARROW):
+        carried = FIELD_TYPE[field.name]
+        if data_type is None or CONTENTS_FIELD.get(data_type) != field.name:
             expected = data_type.value if data_type is not None else "<invalid>"
             raise InvalidArgumentError(
                 f"unexpected explicit tensor data for input tensor '{name}' for model "

@@ -17,29 +17,18 @@ from collections.abc import Callable, Mapping
 from tritonclient.grpc import service_pb2
 
 from ..errors import InternalError, UnsupportedError
-from ..request import ParameterValue
+from ..kserve.params import to_infer_parameter
+from ..kserve.tensors import array_bytes
 from ..response import InferResponse
-from ..tensor import DataType, serialize_bytes_tensor
+from ..tensor import DataType
 from .classification import classify
 from .grpc_codec import OutputSpec
 from .shm import SystemSharedMemory
 
-__all__ = ["LabelsFor", "encode_response", "serialize_response", "to_infer_parameter"]
+__all__ = ["LabelsFor", "encode_response", "serialize_response"]
 
 LabelsFor = Callable[[str], tuple[list[str], bool]]
 """Given an output name: its classification labels and whether the model batches."""
-
-
-def to_infer_parameter(value: ParameterValue, target: service_pb2.InferParameter) -> None:
-    """Store an engine parameter value in an InferParameter (bool before int: bool is int)."""
-    if isinstance(value, bool):
-        target.bool_param = value
-    elif isinstance(value, int):
-        target.int64_param = value
-    elif isinstance(value, float):
-        target.double_param = value
-    else:
-        target.string_param = str(value)
 
 
 def encode_response(
@@ -71,8 +60,7 @@ def encode_response(
         array = tensor.to_numpy()
         data_type = tensor.data_type
         outputs.add(name=name, datatype=data_type.value, shape=array.shape)
-        data = (serialize_bytes_tensor(array) if data_type is DataType.BYTES
-                else array.tobytes())
+        data = array_bytes(array, data_type)
         if spec is not None and spec.region:
             _write_shared_memory(name, data, spec, shm)
             raws.append(b"")
@@ -164,8 +152,7 @@ def serialize_response(response: InferResponse) -> bytes | None:
         array = tensor.to_numpy()
         data_type = tensor.data_type
         parts.append(_output_header(name, data_type, array.shape))
-        data = (serialize_bytes_tensor(array) if data_type is DataType.BYTES
-                else array.tobytes())
+        data = array_bytes(array, data_type)
         raws.append(b"\x32" + _varint(len(data)))
         raws.append(data)
     parts += raws

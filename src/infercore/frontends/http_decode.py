@@ -28,8 +28,9 @@ import numpy as np
 import orjson
 
 from ..errors import InternalError, InvalidArgumentError
+from ..kserve.tensors import tensor_from_bytes
 from ..request import InferRequest, request_label
-from ..tensor import DataType, RawInput, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
+from ..tensor import DataType, RawInput, Tensor, serialize_bytes_tensor
 from .http_header_cache import HeaderCache
 from .http_json import (
     as_bool,
@@ -187,10 +188,10 @@ def _decode_inputs(model: str, request_id: str, document: Any, body: bytes, offs
                     f"{offset + size - len(body)} additional bytes for model '{model}'")
             data = memoryview(body)[offset:offset + size]
             offset += size
-            tensors[name] = _from_buffer(name, data_type, shape, data)
+            tensors[name] = tensor_from_bytes(data_type, shape, data, _element_count(shape))
         elif "shared_memory_region" in params:
             data = _shared_memory(params, shm)
-            tensors[name] = _from_buffer(name, data_type, shape, data)
+            tensors[name] = tensor_from_bytes(data_type, shape, data, _element_count(shape))
         else:
             tensors[name] = _from_json(name, data_type, shape, item)
     if offset != len(body):
@@ -230,23 +231,6 @@ def _shared_memory(params: dict[str, Any], shm: Regions) -> memoryview:
     byte_size = as_uint(params.get("shared_memory_byte_size", 0),
                         "Unable to parse 'shared_memory_byte_size'")
     return shm.region(region).view(offset, byte_size)
-
-
-def _from_buffer(name: str, data_type: DataType | None, shape: list[int], data: Any
-                 ) -> Tensor:
-    """An input whose data came as bytes (after the header, or in shared memory): a view
-    when it fits the shape, else a RawInput, which the model's validator refuses as
-    Triton's core does."""
-    count = _element_count(shape)
-    if data_type is DataType.BYTES:
-        try:
-            return Tensor(DataType.BYTES, deserialize_bytes_tensor(data, count).reshape(shape))
-        except InvalidArgumentError:
-            return RawInput(DataType.BYTES, shape, len(data), data)
-    if (data_type is not None and count >= 0 and count == prod(shape)
-            and len(data) == count * data_type.byte_size):
-        return Tensor(data_type, np.frombuffer(data, data_type.numpy_dtype, count).reshape(shape))
-    return RawInput(data_type, shape, len(data))
 
 
 def _from_json(name: str, data_type: DataType | None, shape: list[int], item: dict[str, Any]

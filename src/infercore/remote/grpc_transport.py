@@ -27,7 +27,9 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from ..config import model_config_to_json
 from ..errors import InvalidArgumentError, UnsupportedError
+from ..kserve.params import from_infer_parameter, to_infer_parameter
 from ..kserve.status import error_from_grpc
+from ..kserve.tensors import CONTENTS_FIELD
 from ..request import InferRequest, ParameterValue
 from ..response import InferResponse
 from ..tensor import DataType, Tensor
@@ -238,19 +240,8 @@ def encode_request(request: InferRequest) -> service_pb2.ModelInferRequest:
     if request.parameters:
         check_parameters(request.parameters)
         for key, value in request.parameters.items():
-            _set_parameter(parameters[key], key, value)
+            to_infer_parameter(value, parameters[key])
     return message
-
-
-def _set_parameter(target: Any, key: str, value: ParameterValue) -> None:
-    if isinstance(value, bool):
-        target.bool_param = value
-    elif isinstance(value, int):
-        target.int64_param = value
-    elif isinstance(value, float):
-        target.double_param = value
-    else:
-        target.string_param = value
 
 
 def decode_response(message: service_pb2.ModelInferResponse, *, final: bool) -> InferResponse:
@@ -273,7 +264,7 @@ def decode_response(message: service_pb2.ModelInferResponse, *, final: bool) -> 
     parameters: dict[str, ParameterValue] = {}
     for key, parameter in message.parameters.items():
         if key != _FINAL:
-            parameters[key] = _parameter_value(parameter)
+            parameters[key] = from_infer_parameter(parameter)
     return InferResponse(message.model_name, _response_version(message), message.id,
                          outputs, parameters, None, final)
 
@@ -285,20 +276,9 @@ def _response_version(message: service_pb2.ModelInferResponse) -> int:
 def _from_contents(name: str, data_type: DataType, shape: list[int],
                    contents: service_pb2.InferTensorContents) -> Tensor:
     """An output sent in the typed ``contents`` fields (servers that do not send raw)."""
-    field = {
-        DataType.BOOL: "bool_contents", DataType.UINT8: "uint_contents",
-        DataType.UINT16: "uint_contents", DataType.UINT32: "uint_contents",
-        DataType.UINT64: "uint64_contents", DataType.INT8: "int_contents",
-        DataType.INT16: "int_contents", DataType.INT32: "int_contents",
-        DataType.INT64: "int64_contents", DataType.FP32: "fp32_contents",
-        DataType.FP64: "fp64_contents", DataType.BYTES: "bytes_contents",
-    }.get(data_type)
+    field = CONTENTS_FIELD.get(data_type)
     if field is None:
         raise UnsupportedError(f"output '{name}' of datatype {data_type} came without raw "
                                "contents")
     return tensor_from_values(name, data_type, shape, list(getattr(contents, field)))
 
-
-def _parameter_value(parameter: service_pb2.InferParameter) -> ParameterValue:
-    kind = parameter.WhichOneof("parameter_choice")
-    return getattr(parameter, kind) if kind is not None else ""

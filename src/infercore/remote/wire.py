@@ -9,6 +9,7 @@ of Triton's generate schema).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +18,9 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from ..errors import InternalError, InvalidArgumentError, UnsupportedError
+from ..kserve.tensors import array_bytes, tensor_from_bytes
 from ..request import ParameterValue
-from ..tensor import DataType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
+from ..tensor import DataType, RawInput, Tensor
 
 __all__ = ["ModelInfo", "RESERVED_PARAMETERS", "check_parameters", "convert_inputs",
            "tensor_from_buffer", "tensor_from_values", "tensor_to_bytes"]
@@ -78,28 +80,22 @@ def tensor_to_bytes(name: str, tensor: Tensor) -> bytes:
     except UnsupportedError as exc:
         raise UnsupportedError(f"input '{name}': {exc.message}; a remote server needs it "
                                "in CPU memory") from None
-    if tensor.data_type is DataType.BYTES:
-        return serialize_bytes_tensor(array)
-    return array.tobytes()
+    return array_bytes(array, tensor.data_type)
 
 
 def tensor_from_buffer(name: str, data_type: DataType, shape: Sequence[int],
                        buffer: bytes | memoryview, offset: int = 0,
                        size: int | None = None) -> Tensor:
     """An output from its wire bytes, without a copy (the array is read-only)."""
-    size = len(buffer) - offset if size is None else size
-    count = int(np.prod(shape, dtype=np.int64))
-    if data_type is DataType.BYTES:
-        view = memoryview(buffer)[offset:offset + size]
-        array = deserialize_bytes_tensor(view, count)
-    else:
-        dtype = data_type.numpy_dtype
-        if size != count * dtype.itemsize:
-            raise InvalidArgumentError(
-                f"output '{name}' holds {size} bytes, but its shape {list(shape)} and "
-                f"datatype {data_type} need {count * dtype.itemsize}")
-        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset)
-    return Tensor(data_type, array.reshape(shape))
+    view = memoryview(buffer)
+    if offset or size is not None:
+        view = view[offset:] if size is None else view[offset:offset + size]
+    tensor = tensor_from_bytes(data_type, shape, view, math.prod(shape))
+    if type(tensor) is RawInput:
+        raise InvalidArgumentError(
+            f"output '{name}' holds {len(view)} bytes, which are not the {data_type} data "
+            f"of shape {list(shape)}")
+    return tensor
 
 
 def tensor_from_values(name: str, data_type: DataType, shape: Sequence[int] | None,
