@@ -197,7 +197,7 @@ def decode_request(
                     f"unexpected 'content' provided when using shared memory for input tensor "
                     f"'{name}' for model '{model}'"
                 )
-            tensor = tensor_from_bytes(data_type, shape, region, math.prod(shape))
+            tensor = tensor_from_bytes(data_type, shape, region)
         elif io.HasField("contents"):
             if raw_count:
                 raise InvalidArgumentError(
@@ -206,7 +206,7 @@ def decode_request(
                 )
             tensor = _from_contents(io.contents, data_type, shape, name, model)
         elif raw_index < raw_count:
-            tensor = tensor_from_bytes(data_type, shape, raw[raw_index], math.prod(shape))
+            tensor = tensor_from_bytes(data_type, shape, raw[raw_index])
             raw_index += 1
         else:
             raise InvalidArgumentError(

@@ -51,23 +51,32 @@ def array_bytes(array: np.ndarray, data_type: DataType) -> bytes:
     return array.tobytes()
 
 
+# per datatype: (numpy dtype, bytes per element), one lookup on the request path
+_FIXED: dict[DataType, tuple[np.dtype, int]] = {
+    dt: (dt.numpy_dtype, dt.byte_size) for dt in DataType if dt is not DataType.BYTES}
+
+
 def tensor_from_bytes(data_type: DataType | None, shape: Sequence[int],
-                      buffer: bytes | memoryview, count: int) -> Tensor:
+                      buffer: bytes | memoryview, count: int | None = None) -> Tensor:
     """A tensor viewing ``buffer`` (no copy), or a ``RawInput`` when the bytes do not
     hold ``count`` elements of ``data_type`` in ``shape``.
 
-    ``count`` is the element count by the wire's rule (Triton's HTTP frontend counts a
-    scalar shape as 0 elements, its gRPC frontend as 1); it must also be the shape's.
-    A RawInput of BYTES keeps the bytes, which say how many elements they hold.
+    ``count`` is the element count by the wire's rule when it is not the shape's product
+    (Triton's HTTP frontend counts a scalar shape as 0 elements and wraps at 64 bits; its
+    gRPC frontend and clients take the product): a count that is not the product is a
+    misfit. A RawInput of BYTES keeps the bytes, which say how many elements they hold.
     """
-    if data_type is None or (shape and min(shape) < 0) or count != math.prod(shape):
+    elements = math.prod(shape)
+    if (data_type is None or (shape and min(shape) < 0)
+            or (count is not None and count != elements)):
         return RawInput(data_type, shape, len(buffer),
                         buffer if data_type is DataType.BYTES else None)
-    if data_type is DataType.BYTES:
+    fixed = _FIXED.get(data_type)
+    if fixed is None:  # BYTES
         try:
-            return Tensor(data_type, deserialize_bytes_tensor(buffer, count).reshape(shape))
+            return Tensor(data_type, deserialize_bytes_tensor(buffer, elements).reshape(shape))
         except InvalidArgumentError:
             return RawInput(data_type, shape, len(buffer), buffer)
-    if len(buffer) != count * data_type.byte_size:
+    if len(buffer) != elements * fixed[1]:
         return RawInput(data_type, shape, len(buffer))
-    return Tensor(data_type, np.frombuffer(buffer, data_type.numpy_dtype, count).reshape(shape))
+    return Tensor(data_type, np.frombuffer(buffer, fixed[0], elements).reshape(shape))

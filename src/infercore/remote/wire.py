@@ -9,7 +9,6 @@ of Triton's generate schema).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +89,7 @@ def tensor_from_buffer(name: str, data_type: DataType, shape: Sequence[int],
     view = memoryview(buffer)
     if offset or size is not None:
         view = view[offset:] if size is None else view[offset:offset + size]
-    tensor = tensor_from_bytes(data_type, shape, view, math.prod(shape))
+    tensor = tensor_from_bytes(data_type, shape, view)
     if type(tensor) is RawInput:
         raise InvalidArgumentError(
             f"output '{name}' holds {len(view)} bytes, which are not the {data_type} data "
