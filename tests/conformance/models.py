@@ -77,6 +77,12 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
     return python_model(name, config, ADD_SUB_PY, versions)
 
 
+# A JSON infer body for ``add_sub()`` with its defaults (INT32, [1, 16]); read-only.
+ADD_SUB_JSON = {"inputs": [
+    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}
+
+
 IDENTITY_PY = '''
 import triton_python_backend_utils as pb_utils
 

@@ -14,14 +14,11 @@ Cases run in order against one server; each relies on the state the one before l
 from __future__ import annotations
 
 from ..case import Case, Http, LogFile, Suite
-from ..models import add_sub
+from ..models import ADD_SUB_JSON, add_sub
 
 _LOG = "{tmp}/verbose.log"
 _LOGGING = "/v2/logging"
 
-_INPUTS = {"inputs": [
-    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
-    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}
 
 
 def _lines(contains: str, until: str | None = None) -> LogFile:
@@ -43,8 +40,8 @@ _CASES = [
                               Http("OPTIONS", _LOGGING), Http("PATCH", _LOGGING),
                               Http("HEAD", _LOGGING),
                               _lines(_LOGGING, until="HTTP request: 1 ")]),
-    Case("infer_logged", [Http("POST", "/v2/models/simple/infer", json=_INPUTS),
-                          Http("POST", "/v2/models/missing/infer", json=_INPUTS),
+    Case("infer_logged", [Http("POST", "/v2/models/simple/infer", json=ADD_SUB_JSON),
+                          Http("POST", "/v2/models/missing/infer", json=ADD_SUB_JSON),
                           _lines("/infer", until="/missing/infer")]),
 ]
 

@@ -24,14 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..case import Case, Http, LogFile, Suite, TraceFile
-from ..models import add_sub
+from ..models import ADD_SUB_JSON, add_sub
 
 GLOBAL = "/v2/trace/setting"
 MODEL = "/v2/models/simple/trace/setting"
 
-_INPUTS = {"inputs": [
-    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
-    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}
 
 
 # what the core records of a request (the QA test counts COMPUTE_INPUT_END)
@@ -40,7 +37,7 @@ _CORE = ("REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
 
 
 def _infer() -> Http:
-    return Http("POST", "/v2/models/simple/infer", json=_INPUTS)
+    return Http("POST", "/v2/models/simple/infer", json=ADD_SUB_JSON)
 
 
 def _post(body: Any, path: str = GLOBAL) -> Http:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..case import Case, Grpc, Http, Suite
-from ..models import add_sub
+from ..models import ADD_SUB_JSON, add_sub
 
 GLOBAL = "/v2/trace/setting"
 MODEL = "/v2/models/simple/trace/setting"
@@ -39,13 +39,10 @@ def _grpc(settings: dict[str, list[str]] | None = None, model: str = "") -> Grpc
     return Grpc("TraceSetting", request)
 
 
-_INPUTS = {"inputs": [
-    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
-    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}
 
 
 def _infer() -> Http:
-    return Http("POST", "/v2/models/simple/infer", json=_INPUTS)
+    return Http("POST", "/v2/models/simple/infer", json=ADD_SUB_JSON)
 
 
 # -- HTTP, no trace file: the level cannot be turned on ----------------------------------------
