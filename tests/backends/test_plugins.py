@@ -185,6 +185,55 @@ def test_unknown_backend_keeps_tritons_message():
         get_backend("nope")
 
 
+def test_unknown_backend_names_the_backends_there_are():
+    register_backend("extra_here", _Fake)
+    with pytest.raises(InvalidArgumentError) as caught:
+        get_backend("tensorrt")
+    assert ("infercore has no 'tensorrt' backend; the backends here are "
+            "extra_here, onnxruntime, python, pytorch (more can be added as plugins"
+            ) in caught.value.message
+
+
+@pytest.mark.parametrize(("backend", "framework", "extra"), [
+    ("onnxruntime", "onnxruntime", "onnx"), ("pytorch", "torch", "torch")])
+def test_a_builtin_without_its_framework_names_the_extra(backend: str, framework: str,
+                                                         extra: str):
+    # None in sys.modules makes the framework's import fail as if it were not installed.
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules[{framework!r}] = None
+        from infercore.backends.base import get_backend
+        from infercore.errors import InvalidArgumentError
+        try:
+            get_backend({backend!r})
+        except InvalidArgumentError as exc:
+            print(exc.message)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
+                         capture_output=True, text=True).stdout.strip()
+    assert out == (f"unable to load backend '{backend}': it needs {framework}, which is not "
+                   f"installed here; install it with: pip install 'infercore[{extra}]'")
+
+
+def test_a_model_of_a_missing_backend_fails_per_version_as_in_triton(
+        add_sub_repo: RepositoryBuilder):
+    add_sub_repo.add_model("trt", config='name: "trt"\nbackend: "tensorrt"\n'
+                           'max_batch_size: 0\n'
+                           'input [{name: "I" data_type: TYPE_FP32 dims: [1]}]\n'
+                           'output [{name: "O" data_type: TYPE_FP32 dims: [1]}]\n',
+                           files={"1/model.plan": "x", "2/model.plan": "x"})
+    with infercore.Server(model_repository=add_sub_repo.path, exit_on_error=False) as server:
+        entries = [e for e in server.repository_index() if e.name == "trt"]
+        # the default policy (latest 1) tries version 2 alone, as Triton's does
+        assert [(e.version, e.state) for e in entries] == [
+            ("2", infercore.ModelState.UNAVAILABLE)]
+        assert entries[0].reason.startswith("Invalid argument: unable to find backend library "
+                                            "for backend 'tensorrt'")
+        a = np.ones((1, 4), np.float32)
+        response = server.model("add_sub").infer(inputs={"INPUT0": a, "INPUT1": a}).result()
+        np.testing.assert_array_equal(response.outputs["OUTPUT0"].to_numpy(), a + a)
+
+
 @pytest.mark.parametrize("target", ["no_colon", ":attr", "module:"])
 def test_malformed_import_strings_are_refused(target: str):
     with pytest.raises(InvalidArgumentError, match="expected '<module>:<attribute>'"):

@@ -318,6 +318,12 @@ _BUILTINS: dict[str, str] = {
     "pytorch": "infercore.backends.pytorch:PyTorchBackend",
 }
 
+# The extra that installs each built-in backend's framework (pyproject.toml).
+_EXTRAS: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("onnxruntime", "onnx"),
+    "pytorch": ("torch", "torch"),
+}
+
 _SettingsKey = tuple[tuple[str, str], ...]
 
 _LOCK = threading.RLock()
@@ -393,9 +399,12 @@ def get_backend(name: str, settings: Mapping[str, str] | None = None) -> Backend
                 return backend
             target = _REGISTRY.get(name) or _entry_point_target(name)
         if target is None:
+            # Triton's words first (clients match them), then what infercore has instead.
             raise InvalidArgumentError(
                 f"unable to find backend library for backend '{name}', try specifying "
-                "runtime on the model configuration."
+                f"runtime on the model configuration. infercore has no '{name}' backend; "
+                f"the backends here are {', '.join(list_backends())} (more can be added "
+                "as plugins, see docs/backends.md)"
             )
         backend = _create(name, target, MappingProxyType(dict(settings_key)))
         with _LOCK:
@@ -415,7 +424,9 @@ def _create(name: str, target: _Target, settings: Mapping[str, str]) -> Backend:
         made = target.load()
     except TritonError:
         raise
-    except Exception as exc:  # an optional dependency missing, or a broken plugin
+    except ModuleNotFoundError as exc:
+        raise _missing_extra(name, exc) or failure(exc) from exc
+    except Exception as exc:  # a broken plugin
         raise failure(exc) from exc
     if isinstance(made, type) or (callable(made) and not hasattr(made, "create_model")):
         try:
@@ -438,6 +449,17 @@ def _create(name: str, target: _Target, settings: Mapping[str, str]) -> Backend:
             f"'{made.name}'; the two names must be the same"
         )
     return made  # type: ignore[no-any-return]
+
+
+def _missing_extra(name: str, exc: ModuleNotFoundError) -> InvalidArgumentError | None:
+    """The install line for a built-in backend whose framework is not installed."""
+    framework, extra = _EXTRAS.get(name, ("", ""))
+    if not framework or exc.name != framework:
+        return None
+    return InvalidArgumentError(
+        f"unable to load backend '{name}': it needs {framework}, which is not installed "
+        f"here; install it with: pip install 'infercore[{extra}]'"
+    )
 
 
 def _call_factory(factory: Callable[..., Any], settings: Mapping[str, str]) -> Any:

@@ -65,8 +65,8 @@ class PollFailed(Exception):
 
 
 class VersionsFailed(Exception):
-    """The backend refused to complete the config: in Triton that happens as each version
-    loads, so each of ``versions`` failed with ``error``."""
+    """The backend is missing or refused to complete the config: in Triton that happens as
+    each version loads, so each of ``versions`` failed with ``error``."""
 
     def __init__(self, error: TritonError, versions: tuple[int, ...]) -> None:
         super().__init__(error.message)
@@ -171,16 +171,15 @@ class ModelLoader:
                     "model file was found"
                 )
             config.backend = backend_name
-        backend = (None if config.platform == "ensemble" else get_backend(
-            backend_name, backend_settings(self._backend_configuration, backend_name)))
-        if backend is not None and not self._strict and available:
-            try:
+        try:  # Triton finds the backend, then completes the config, as each version loads
+            backend = (None if config.platform == "ensemble" else get_backend(
+                backend_name, backend_settings(self._backend_configuration, backend_name)))
+            if backend is not None and not self._strict and available:
                 backend.auto_complete_config(config, source.path,
                                              version_dir(source.path, max(available)))
-            except TritonError as exc:
-                versions, _ = select_versions(available, config.version_policy,
-                                              model_name=name)
-                raise VersionsFailed(exc, tuple(versions)) from exc
+        except TritonError as exc:
+            versions, _ = select_versions(available, config.version_policy, model_name=name)
+            raise VersionsFailed(exc, tuple(versions)) from exc
         try:
             model_config.normalize_model_config(config, model_name=name, gpu_count=0)
             model_config.validate_model_config(

@@ -458,6 +458,8 @@ class RepositoryManager:
             if not exc.versions:
                 return self._refuse(key, live, exc.error.message, override)
             reason = f"{exc.error.code_name}: {exc.error.message}"
+            for version in exc.versions:
+                logger.error("failed to load '%s' version %d: %s", name, version, reason)
             return self._discard(key, list(exc.versions), live, {},
                                  dict.fromkeys(exc.versions, reason), override)
         except TritonError as exc:

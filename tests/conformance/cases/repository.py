@@ -469,3 +469,69 @@ SUITES = [
     Suite("repository_startup_broken", "repository", [add_sub(), broken_config()], [],
           startup=True),
 ]
+
+
+
+# -- backends Triton has and infercore does not --------------------------------------------
+def _foreign(name: str, selector: str, model_file: str) -> Model:
+    config = f'''
+name: "{name}"
+{selector}
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+'''
+    return Model(name, config, {f"1/{model_file}": "not a real model"})
+
+
+_FOREIGN_MODELS = [
+    add_sub(),
+    _foreign("trt", 'backend: "tensorrt"', "model.plan"),
+    _foreign("tf", 'platform: "tensorflow_savedmodel"', "model.savedmodel/.keep"),
+    _foreign("ov", 'backend: "openvino"', "model.xml"),
+]
+
+# infercore keeps Triton's message whole, then says which backends it has (#27): a client
+# matching Triton's words still matches, and the user learns what to do instead.
+_NAMES_ITS_BACKENDS = ("Triton's text is kept whole; infercore adds that it has no such "
+                       "backend and names the backends it has")
+
+
+def _no_backend(backend: str) -> str:
+    return (f"Invalid argument: unable to find backend library for backend '{backend}', try "
+            f"specifying runtime on the model configuration. infercore has no '{backend}' "
+            "backend; the backends here are onnxruntime, python, pytorch (more can be added "
+            "as plugins, see docs/backends.md)")
+
+
+def _load_failed(name: str, backend: str) -> str:
+    return f"load failed for model '{name}': version 1 is at UNAVAILABLE state: " \
+           f"{_no_backend(backend)};\n"
+
+
+_NOT_READY = {"status": 400, "body": {"error": "Model version not ready"}}
+
+_FOREIGN_CASES = [
+    Case("load_tensorrt", [load("trt"), ready("trt"), infer_simple()],
+         departure=_NAMES_ITS_BACKENDS,
+         expect=[{"status": 400, "body": {"error": _load_failed("trt", "tensorrt")}},
+                 _NOT_READY, {"status": 200, "body": {"model_name": "simple"}}]),
+    Case("load_tensorflow", [load("tf"), ready("tf")], departure=_NAMES_ITS_BACKENDS,
+         expect=[{"status": 400, "body": {"error": _load_failed("tf", "tensorflow")}},
+                 _NOT_READY]),
+    Case("load_openvino", [load("ov")], departure=_NAMES_ITS_BACKENDS,
+         expect=[{"status": 400, "body": {"error": _load_failed("ov", "openvino")}}]),
+    Case("grpc_load_tensorrt", [grpc_load("trt"), grpc_infer()], departure=_NAMES_ITS_BACKENDS,
+         expect=[{"code": "INVALID_ARGUMENT", "details": _load_failed("trt", "tensorrt")},
+                 {"code": "OK", "response": {"model_name": "simple"}}]),
+    Case("index_after", [INDEX], departure=_NAMES_ITS_BACKENDS, expect=[{"status": 200, "body": [
+        {"name": "ov", "version": "1", "state": "UNAVAILABLE", "reason": _no_backend("openvino")},
+        {"name": "simple", "version": "1", "state": "READY"},
+        {"name": "tf", "version": "1", "state": "UNAVAILABLE",
+         "reason": _no_backend("tensorflow")},
+        {"name": "trt", "version": "1", "state": "UNAVAILABLE",
+         "reason": _no_backend("tensorrt")}]}]),
+]
+
+SUITES.append(Suite("repository_foreign_backends", "repository", _FOREIGN_MODELS,
+                    ["--model-control-mode=explicit", "--load-model=simple"], _FOREIGN_CASES))
