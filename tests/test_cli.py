@@ -27,7 +27,13 @@ from infercore.frontends import http as http_frontend
 from infercore.frontends import metrics as metrics_frontend
 from infercore.frontends import sagemaker, vertex_ai
 from infercore.frontends.restricted import Restriction
-from infercore.launch import ServeExtras, format_table, model_table, options_table
+from infercore.launch import (
+    TABLE_WIDTH,
+    ServeExtras,
+    format_table,
+    model_table,
+    options_table,
+)
 from infercore.options import ModelControlMode, RateLimitMode
 from infercore.repository.states import ModelIndexEntry, ModelState
 
@@ -466,6 +472,31 @@ def test_format_table_frames_rows_like_triton():
         "+---------+---------+--------+",
         "| add_sub | 1       | READY  |",
         "+---------+---------+--------+",
+    ]
+
+
+def test_a_long_value_wraps_inside_its_cell_within_the_table_width():
+    reason = "UNAVAILABLE: " + "failed to load model because " * 8 + "x" * 120
+    table = format_table(["Model", "Version", "Status"], [["broken", "1", reason],
+                                                         ["add_sub", "1", "READY"]])
+    lines = table.splitlines()
+    assert {len(line) for line in lines} == {TABLE_WIDTH}
+    assert all(line[0] in "+|" and line[-1] in "+|" for line in lines)
+    status = [line.split("|")[3].strip() for line in lines if line.startswith("| ")]
+    # the wrapped pieces, read in order, are the whole value; the next row is its own
+    assert " ".join(status[1:-1]).replace(" ", "") == reason.replace(" ", "")
+    assert lines[-2].startswith("| add_sub | 1       | READY ") and lines[-2].endswith(" |")
+
+
+def test_a_traceback_in_a_cell_keeps_its_lines_inside_the_table():
+    trace = "Traceback (most recent call last):\n  File \"model.py\", line 3\nValueError: no"
+    table = format_table(["Model", "Version", "Status"], [["broken", "1", trace]])
+    lines = table.splitlines()
+    assert len({len(line) for line in lines}) == 1
+    assert lines[3:6] == [
+        "| broken | 1       | Traceback (most recent call last): |",
+        "|        |         |   File \"model.py\", line 3          |",
+        "|        |         | ValueError: no                     |",
     ]
 
 

@@ -39,6 +39,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,8 +55,8 @@ from .server import Server
 from .serving import Frontend, serve_frontend
 from .supervisor import notify_serving
 
-__all__ = ["ServeExtras", "StopSignals", "format_table", "model_table", "options_table",
-           "report_creation_failure", "serve", "shutdown"]
+__all__ = ["TABLE_WIDTH", "ServeExtras", "StopSignals", "format_table", "model_table",
+           "options_table", "report_creation_failure", "serve", "shutdown"]
 
 logger = logging.getLogger("infercore.launch")
 
@@ -81,17 +82,45 @@ class ServeExtras:
 
 
 # -- tables ----------------------------------------------------------------------------------
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A table framed as Triton frames its startup tables."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=False)]
+TABLE_WIDTH = 100  # columns a startup table may take: a long reason wraps inside its cell
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+                 width: int = TABLE_WIDTH) -> str:
+    """A table framed as Triton frames its startup tables, at most ``width`` columns wide.
+
+    Triton lets a long value (a load error, the extensions list) widen the whole table past
+    any terminal; here the widest columns give way and their values wrap inside the cell,
+    and a value of several lines (a traceback) stays inside its cell too.
+    """
+    table = [[str(cell).splitlines() or [""] for cell in row] for row in [headers, *rows]]
+    widths = [max(len(line) for row in table for line in row[i]) for i in range(len(headers))]
+    frame = 3 * len(widths) + 1  # "| " + " | " ... + " |"
+    floors = [max(len(h), 8) for h in headers]
+    while sum(widths) + frame > width:
+        widest = max(range(len(widths)), key=lambda i: widths[i] - floors[i])
+        if widths[widest] <= floors[widest]:
+            break  # nothing left to give
+        widths[widest] -= 1
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 
-    def line(cells: Sequence[str]) -> str:
-        return "|" + "|".join(f" {c:<{w}} " for c, w in zip(cells, widths, strict=False)) + "|"
+    def lines(row: Sequence[Sequence[str]]) -> list[str]:
+        cells = [_wrap(cell, w) for cell, w in zip(row, widths, strict=False)]
+        return ["|" + "|".join(f" {(c[i] if i < len(c) else ''):<{w}} "
+                               for c, w in zip(cells, widths, strict=False)) + "|"
+                for i in range(max(len(c) for c in cells))]
 
-    return "\n".join([rule, line(headers), rule, *(line(r) for r in rows), rule])
+    head, *body = table
+    return "\n".join([rule, *lines(head), rule, *(line for row in body for line in lines(row)),
+                      rule])
+
+
+def _wrap(cell: Sequence[str], width: int) -> list[str]:
+    wrapped: list[str] = []
+    for line in cell:  # a line that fits keeps its indentation (a traceback's)
+        wrapped += [line] if len(line) <= width else textwrap.wrap(
+            line, width, break_long_words=True, break_on_hyphens=False)
+    return wrapped
 
 
 def model_table(index: Sequence[ModelIndexEntry]) -> str:
