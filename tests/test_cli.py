@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -33,6 +34,7 @@ from infercore.launch import (
     format_table,
     model_table,
     options_table,
+    serving_line,
 )
 from infercore.options import ModelControlMode, RateLimitMode
 from infercore.repository.states import ModelIndexEntry, ModelState
@@ -498,6 +500,21 @@ def test_a_traceback_in_a_cell_keeps_its_lines_inside_the_table():
         "|        |         |   File \"model.py\", line 3          |",
         "|        |         | ValueError: no                     |",
     ]
+
+
+def test_the_serving_line_says_where_each_frontend_listens():
+    @dataclasses.dataclass
+    class Listening:
+        label: str
+        address: str
+        port: int
+
+    frontends = [Listening("HTTP", "0.0.0.0", 8000), Listening("gRPC", "::", 8001),
+                 Listening("metrics", "", 8002)]
+    assert serving_line(2, frontends) == (  # type: ignore[arg-type]
+        "infercore is serving 2 model version(s) (HTTP at 0.0.0.0:8000, gRPC at [::]:8001, "
+        "metrics at 0.0.0.0:8002); press Ctrl-C to stop")
+    assert serving_line(0, []) == "infercore is serving 0 model version(s); press Ctrl-C to stop"
 
 
 def test_model_table_lists_loaded_versions_with_reasons():

@@ -56,7 +56,7 @@ from .serving import Frontend, serve_frontend
 from .supervisor import notify_serving
 
 __all__ = ["TABLE_WIDTH", "ServeExtras", "StopSignals", "format_table", "model_table",
-           "options_table", "report_creation_failure", "serve", "shutdown"]
+           "options_table", "report_creation_failure", "serve", "serving_line", "shutdown"]
 
 logger = logging.getLogger("infercore.launch")
 
@@ -244,8 +244,8 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 logger.error("failed to start %s service: %s - %s", frontend.label,
                              exc.code_name, exc.message)
                 return 1
-        logger.info("infercore is serving %d model version(s); press Ctrl-C to stop",
-                    sum(1 for e in server.repository_index() if e.state.value == "READY"))
+        ready = sum(1 for e in server.repository_index() if e.state.value == "READY")
+        logger.info("%s", serving_line(ready, frontends))
         notify_serving()
         signals.requested.wait()
         if not shutdown(server, float(options.exit_timeout)):
@@ -266,6 +266,18 @@ class _CommandLineFrontend(Frontend, Protocol):
 def _serve_frontend(server: Server, frontend: _CommandLineFrontend) -> None:
     serve_frontend(server, frontend.kind, frontend, address=frontend.address,
                    port=frontend.port)
+
+
+def serving_line(ready: int, frontends: Sequence[_CommandLineFrontend]) -> str:
+    """The last start-up line: what is served and where, as a user would connect."""
+    where = ", ".join(f"{frontend.label} at {_host_port(frontend)}" for frontend in frontends)
+    return (f"infercore is serving {ready} model version(s)"
+            + (f" ({where})" if where else "") + "; press Ctrl-C to stop")
+
+
+def _host_port(frontend: _CommandLineFrontend) -> str:
+    address = frontend.address or "0.0.0.0"
+    return f"[{address}]:{frontend.port}" if ":" in address else f"{address}:{frontend.port}"
 
 
 def report_creation_failure(error: TritonError) -> None:
