@@ -170,7 +170,10 @@ class Server(HandleEngine, StartStop):
         if not self.options.repositories:
             raise InvalidArgumentError("at least one model repository must be given")
         self._load_backend_directories()
-        failures = self._load_startup_models()
+        try:
+            failures = self._load_startup_models()
+        finally:
+            self._manager.starting_up = False
         self._startup_done = True
         if failures and self.options.exit_on_error:
             for name, reason in sorted(failures.items()):

@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
 from serve_process import ServeProcess, http_status, wait_for
+from tritonclient.utils import InferenceServerException
 
 from infercore.testing import RepositoryBuilder
 
@@ -212,6 +213,43 @@ def test_live_but_not_ready_while_a_model_loads(tmp_path):
         finally:
             gate.touch()
             assert server.stop() == 0
+
+
+def test_a_request_during_the_startup_load_is_told_the_model_is_loading(tmp_path):
+    # tritonserver listens only once its startup loads end; infercore listens at once, so
+    # it answers UNAVAILABLE (a client retries on it), never "no available versions".
+    gate = tmp_path / "gate"
+    repo = RepositoryBuilder(tmp_path / "models")
+    repo.add_model("slow_load", config=SLOW_LOAD_CONFIG % {"gate": gate},
+                   model_py=SLOW_LOAD_PY)
+    server = ServeProcess(tmp_path / "server.log", f"--model-repository={repo.path}")
+    loading = "Request for model 'slow_load': the model is loading as the server starts"
+    try:
+        server.wait_http("/v2/health/live", 200)
+        http = httpclient.InferenceServerClient(server.http_url)
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        tensor = httpclient.InferInput("X", [1], "INT32")
+        tensor.set_data_from_numpy(_x(1))
+        with pytest.raises(InferenceServerException) as caught:
+            http.infer("slow_load", [tensor])
+        assert caught.value.status() == "503" and loading in caught.value.message()
+        grpc_tensor = grpcclient.InferInput("X", [1], "INT32")
+        grpc_tensor.set_data_from_numpy(_x(1))
+        with pytest.raises(InferenceServerException) as caught:
+            grpc.infer("slow_load", [grpc_tensor])
+        assert caught.value.status() == "StatusCode.UNAVAILABLE"
+        assert loading in caught.value.message()
+        with pytest.raises(InferenceServerException) as caught:  # not in the repository
+            http.get_model_metadata("nope")
+        assert caught.value.status() == "404"
+        gate.touch()
+        server.wait_ready()
+        np.testing.assert_array_equal(http.infer("slow_load", [tensor]).as_numpy("Y"), _x(1))
+        http.close()
+        grpc.close()
+    finally:
+        gate.touch()
+        assert server.stop() == 0
 
 
 @pytest.mark.parametrize("strict, ready", [("true", 400), ("false", 200)])

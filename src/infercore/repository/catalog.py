@@ -51,14 +51,18 @@ def scoped_infer(infer: Callable[..., ResponseStream], namespace: str
 class ModelCatalog:
     """The loaded versions of every model, and the lookups requests make."""
 
-    __slots__ = ("_known", "_live", "_lock", "_models", "_namespacing", "_not_ready")
+    __slots__ = ("_known", "_live", "_lock", "_models", "_namespacing", "_not_ready",
+                 "_starting_up")
 
     def __init__(self, namespacing: bool = False,
-                 not_ready: Callable[[str, int], bool] | None = None) -> None:
+                 not_ready: Callable[[str, int], bool] | None = None,
+                 starting_up: Callable[[str], bool] | None = None) -> None:
         self._namespacing = namespacing
         # whether a version was tried and is not ready (a failed load): asked only on the
         # error path of a lookup naming that version
         self._not_ready = not_ready
+        # whether the model is loading as the server starts: asked on the error path only
+        self._starting_up = starting_up
         self._lock = Lock()
         self._models: dict[ModelKey, dict[int, LoadedModel]] = {}
         self._live: dict[str, dict[int, LoadedModel]] = {}  # names with one loaded model
@@ -76,7 +80,7 @@ class ModelCatalog:
         Raises:
             NotFoundError: no such model or version is ready (any name: none is checked).
             UnavailableError: the version named was tried and is not ready (Triton: "is
-                not at ready state", 503).
+                not at ready state", 503), or the model is loading as the server starts.
             InvalidArgumentError: with model namespacing, the name names models of
                 several repositories.
         """
@@ -111,6 +115,12 @@ class ModelCatalog:
             return InvalidArgumentError(
                 f"There are {len(repositories)} identifiers of model '{name}' in global map, "
                 "model namespace must be provided to resolve ambiguity.")
+        if self._starting_up is not None and self._starting_up(name):
+            # tritonserver does not listen until its startup loads end, so it has no answer
+            # here; a client (or a probe) that retries on UNAVAILABLE gets the model soon
+            return UnavailableError(
+                f"Request for model '{name}': the model is loading as the server starts; "
+                "retry once it is ready")
         if name in self._known:  # NOT_FOUND too, as Triton (tests/conformance metadata)
             return NotFoundError(
                 f"Request for unknown model: '{name}' has no available versions")

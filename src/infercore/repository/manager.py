@@ -148,7 +148,10 @@ class RepositoryManager:
             retry_count=load_retry_count, control=control)
         self._control = RLock()
         self._lock = Lock()
-        self._catalog = ModelCatalog(namespacing, self._tried_not_ready)
+        # True until the server's startup loads end (Server.start); the names they load
+        self.starting_up = True
+        self._startup_names: frozenset[str] = frozenset()
+        self._catalog = ModelCatalog(namespacing, self._tried_not_ready, self._loading_at_startup)
         # The lookups every request makes go straight to the catalog (no extra call).
         self.get = self._catalog.get
         self.ready_versions = self._catalog.ready_versions
@@ -318,6 +321,8 @@ class RepositoryManager:
                         failures[name] = exc.message
             for key in keys:
                 self._record(key, sources[key]).explicit = True
+            if self.starting_up:
+                self._startup_names = frozenset(name for _, name in keys)
             operation = _Operation()
             self._load_keys(keys, operation)
             self._settle(operation)
@@ -579,6 +584,15 @@ class RepositoryManager:
         if override is not None:
             override.remove()
         return summary
+
+    def _loading_at_startup(self, name: str) -> bool:
+        """Whether the startup loads have ``name`` still to load or loading (asked by the
+        catalog for a model it has no version of)."""
+        if not self.starting_up or name not in self._startup_names:
+            return False
+        return not any(state is ModelState.UNAVAILABLE  # failed: its reason answers
+                       for namespace, model in self.states.models() if model == name
+                       for state, _ in self.states.versions(name, namespace=namespace).values())
 
     def _tried_not_ready(self, name: str, version: int) -> bool:
         state, _ = self.states.get(name, version)
