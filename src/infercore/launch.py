@@ -5,8 +5,10 @@ The order follows what probes and clients expect of a server process:
 0. The process's allocator maps large buffers on their own (``memory.map_large_buffers``)
    and keeps two heaps (``memory.limit_arenas``), so the memory of large requests goes
    back to the system once they are done.
-1. SIGINT and SIGTERM are trapped first (a signal during loading stops the server once
-   the startup loads end; a second signal is ignored, as tritonserver ignores it).
+1. SIGINT and SIGTERM are trapped first; a second signal is ignored, as tritonserver
+   ignores it. A signal while the startup loads run ends the process at once, without
+   the "serving" line (tritonserver waits for the loads: they run user code that cannot
+   be interrupted, so here they are abandoned).
 2. The frontends start and bind their ports before any model loads, so while models load
    ``/v2/health/live`` answers 200 and ``/v2/health/ready`` 400 (tritonserver opens its
    ports only after loading; a process that is up but loading is what liveness and
@@ -27,6 +29,7 @@ is left here is the process: signals, the startup tables, the exit status, and t
 exit when the engine cannot stop by the deadline.
 
 Threads: everything here runs on the main thread (signal handlers need it), except the
+startup loads (``infercore-startup-loads``, so a signal is acted on while they run) and the
 stop, which runs on a short-lived thread ``infercore-stop-server`` (it stops the frontends
 on threads of its own, serving.py) so the deadline can be kept.
 """
@@ -221,7 +224,13 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
             server.stop(0.0)  # nothing loaded yet; closes the trace and log files
             return 1
         try:
-            server.start()
+            if not _start_unless_stopped(server, signals):
+                # The loads run user code that cannot be interrupted: the process ends now
+                # rather than when they end (tritonserver waits for them). Workers of
+                # isolated models die with it (PR_SET_PDEATHSIG).
+                logger.info("stopping while models load: the startup loads are abandoned")
+                logging.shutdown()
+                os._exit(0)
         except TritonError as exc:
             logger.info("\n%s", model_table(server.repository_index()))
             report_creation_failure(exc)
@@ -244,9 +253,10 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 logger.error("failed to start %s service: %s - %s", frontend.label,
                              exc.code_name, exc.message)
                 return 1
-        ready = sum(1 for e in server.repository_index() if e.state.value == "READY")
-        logger.info("%s", serving_line(ready, frontends))
-        notify_serving()
+        if not signals.requested.is_set():  # a signal as the loads ended: straight to the stop
+            ready = sum(1 for e in server.repository_index() if e.state.value == "READY")
+            logger.info("%s", serving_line(ready, frontends))
+            notify_serving()
         signals.requested.wait()
         if not shutdown(server, float(options.exit_timeout)):
             # Threads stuck in a model would keep the interpreter from exiting.
@@ -278,6 +288,29 @@ def serving_line(ready: int, frontends: Sequence[_CommandLineFrontend]) -> str:
 def _host_port(frontend: _CommandLineFrontend) -> str:
     address = frontend.address or "0.0.0.0"
     return f"[{address}]:{frontend.port}" if ":" in address else f"{address}:{frontend.port}"
+
+
+def _start_unless_stopped(server: Server, signals: StopSignals) -> bool:
+    """Run the startup loads (``Server.start``) on a thread of their own, so a signal
+    can be acted on while they run: False when one came first; raises what start raised."""
+    ended = threading.Event()
+    failure: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server.start()
+        except BaseException as exc:  # handed to the main thread
+            failure.append(exc)
+        finally:
+            ended.set()
+
+    threading.Thread(target=start, name="infercore-startup-loads", daemon=True).start()
+    while not ended.wait(0.05):
+        if signals.requested.is_set():
+            return False
+    if failure:
+        raise failure[0]
+    return True
 
 
 def report_creation_failure(error: TritonError) -> None:

@@ -215,6 +215,26 @@ def test_live_but_not_ready_while_a_model_loads(tmp_path):
             assert server.stop() == 0
 
 
+def test_ctrl_c_while_models_load_stops_at_once_and_never_says_serving(tmp_path):
+    gate = tmp_path / "gate"  # never opened: the load would hold for 60 s
+    repo = RepositoryBuilder(tmp_path / "models")
+    repo.add_model("slow_load", config=SLOW_LOAD_CONFIG % {"gate": gate},
+                   model_py=SLOW_LOAD_PY)
+    repo.add_model("add_sub", config=ADD_SUB_CONFIG, model_py=ADD_SUB_PY)
+    server = ServeProcess(tmp_path / "server.log", f"--model-repository={repo.path}")
+    try:
+        server.wait_http("/v2/health/live", 200)
+        server.wait_log("successfully loaded 'add_sub'")
+        server.signal(signal.SIGINT)
+        assert server.wait_exit(timeout=20) == 0  # well before the held load could end
+        log = server.log()
+        assert "the startup loads are abandoned" in log
+        assert "infercore is serving" not in log
+    finally:
+        gate.touch()
+        server.stop()
+
+
 def test_a_request_during_the_startup_load_is_told_the_model_is_loading(tmp_path):
     # tritonserver listens only once its startup loads end; infercore listens at once, so
     # it answers UNAVAILABLE (a client retries on it), never "no available versions".
