@@ -54,7 +54,7 @@ from .errors import TritonError
 from .memory import limit_arenas, map_large_buffers
 from .options import ModelControlMode, Options, RateLimitMode
 from .repository.states import ModelIndexEntry
-from .server import Server
+from .server import Server, StartupLoadFailed
 from .serving import Frontend, serve_frontend
 from .supervisor import notify_serving
 
@@ -232,7 +232,12 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 logging.shutdown()
                 os._exit(0)
         except TritonError as exc:
-            logger.info("\n%s", model_table(server.repository_index()))
+            # the table as the loads left it (Triton's), not after the stop unloaded all
+            index = exc.index if isinstance(exc, StartupLoadFailed) else None
+            logger.info("\n%s", model_table(index or server.repository_index()))
+            if index is not None:  # tritonserver's last words stay the last line
+                logger.warning("--exit-on-error=false serves the models that loaded and leaves "
+                               "the others UNAVAILABLE with their reasons")
             report_creation_failure(exc)
             server.stop()  # the endpoints, within the exit timeout
             return 1

@@ -53,7 +53,7 @@ from .tracing import Tracer
 if TYPE_CHECKING:
     from .serving import Endpoint
 
-__all__ = ["Server"]
+__all__ = ["Server", "StartupLoadFailed"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,15 @@ class _ServerControl:
 
     def is_ready(self, name: str, version: int) -> bool:
         return self._server.model(name, version).ready()
+
+
+class StartupLoadFailed(InternalError):
+    """A startup load failed with ``exit_on_error``: the server stopped. ``index`` is the
+    repository index as the loads left it, before the stop unloaded every model."""
+
+    def __init__(self, index: list[ModelIndexEntry]) -> None:
+        super().__init__("failed to load all models")  # tritonserver's words
+        self.index = index
 
 
 class Server(HandleEngine, StartStop):
@@ -178,8 +187,9 @@ class Server(HandleEngine, StartStop):
         if failures and self.options.exit_on_error:
             for name, reason in sorted(failures.items()):
                 logger.error("failed to load '%s': %s", name, reason)
+            loaded = self.repository_index()  # as loaded: the stop unloads them all
             self.stop()
-            raise InternalError("failed to load all models")  # tritonserver's words
+            raise StartupLoadFailed(loaded)
         return self
 
     def _load_startup_models(self) -> dict[str, str]:

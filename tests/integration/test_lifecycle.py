@@ -301,6 +301,11 @@ def test_exit_on_error_stops_the_server_when_a_model_fails(tmp_path):
         assert server.wait_exit() == 1
         log = server.log()
         assert "| broken" in log and "UNAVAILABLE" in log and "this model never loads" in log
+        # the table shows the healthy model as it loaded (Triton's), not as the stop left it
+        assert "| add_sub | 1       | READY " in log
+        lines = log.splitlines()
+        last = lines.index("error: creating server: Internal - failed to load all models")
+        assert '"--exit-on-error=false serves the models that loaded' in lines[last - 1]
     finally:
         server.stop()
 
