@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import importlib.util
 import os
 import signal
 import socket
@@ -616,3 +618,21 @@ def test_serve_exits_nonzero_when_a_port_is_taken():
 def test_ray_address_reaches_the_options() -> None:
     assert options_from_args(parse("--ray-address=auto")).ray_address == "auto"
     assert options_from_args(parse()).ray_address == ""
+
+
+def test_serve_help_describes_every_flag_and_lists_the_backends():
+    serve = next(action for action in build_parser()._actions
+                 if isinstance(action, argparse._SubParsersAction)).choices["serve"]
+    undescribed = [action.option_strings[0] for action in serve._actions
+                   if action.option_strings and not action.help]
+    assert undescribed == []
+    text = serve.format_help()
+    assert "Backends: python (built in" in text
+    assert "onnxruntime (installed)" in " ".join(text.split())
+
+
+def test_serve_help_says_how_to_install_a_missing_framework(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    assert "pytorch (not installed: pip install 'infercore[torch]')" in cli.backends_epilog()

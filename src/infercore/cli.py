@@ -18,6 +18,7 @@ given. A bad command line is answered as tritonserver answers it: getopt's compl
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import re
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ._version import __version__
-from .backends.base import load_backend_directory, parse_backend_config
+from .backends.base import FRAMEWORK_EXTRAS, load_backend_directory, parse_backend_config
 from .errors import InvalidArgumentError, TritonError
 from .frontends import metrics as metrics_frontend
 from .frontends import sagemaker, shm, vertex_ai
@@ -216,9 +217,24 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve model repositories (tritonserver's command line)",
         usage="%(prog)s [options]", add_help=False,
         description="Serve Triton model repositories over KServe v2 HTTP/REST and gRPC, "
-                    "with tritonserver's flags, until SIGINT or SIGTERM.")
+                    "with tritonserver's flags, until SIGINT or SIGTERM.",
+        epilog=backends_epilog())
     add_serve_arguments(serve)
     return parser
+
+
+def backends_epilog() -> str:
+    """The backends a model can name here, and what each needs installed (found without
+    importing any framework: --help stays instant)."""
+    parts = ["python (built in: in-thread, or process-isolated with "
+             "--backend-config=python,execution-mode=process)"]
+    for backend, (module, extra) in FRAMEWORK_EXTRAS.items():
+        if importlib.util.find_spec(module) is not None:
+            parts.append(f"{backend} (installed)")
+        else:
+            parts.append(f"{backend} (not installed: pip install 'infercore[{extra}]')")
+    return ("Backends: " + "; ".join(parts) + ". Others are plugins (docs/backends.md); "
+            "TensorRT, TensorFlow, OpenVINO and the other Triton backends are not available.")
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
@@ -236,9 +252,12 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     group = serve.add_argument_group("Logging")
     group.add_argument("--log-verbose", type=int_bool, default=0, metavar="LEVEL",
                        help="verbose logging level; 0 disables (default 0)")
-    group.add_argument("--log-info", type=boolean, default=True, metavar="BOOL")
-    group.add_argument("--log-warning", type=boolean, default=True, metavar="BOOL")
-    group.add_argument("--log-error", type=boolean, default=True, metavar="BOOL")
+    group.add_argument("--log-info", type=boolean, default=True, metavar="BOOL",
+                       help="log info messages (default true)")
+    group.add_argument("--log-warning", type=boolean, default=True, metavar="BOOL",
+                       help="log warnings (default true)")
+    group.add_argument("--log-error", type=boolean, default=True, metavar="BOOL",
+                       help="log errors (default true)")
     group.add_argument("--log-format", type=_type("format", _parse_log_format),
                        default="default", metavar="FORMAT",
                        help="default (glog-like) or ISO8601")
@@ -330,19 +349,26 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "Memory/Device Management", "GPU settings are accepted, kept in the options and "
         "shown in the options table; they have no effect on a CPU host.")
     group.add_argument("--pinned-memory-pool-byte-size", type=integer64, default=1 << 28,
-                       metavar="BYTES")
+                       metavar="BYTES", help="page-locked host memory for GPU copies "
+                       "(default 268435456)")
     group.add_argument("--cuda-memory-pool-byte-size", action="append", default=[],
-                       type=pair(integer, unsigned64), metavar="DEVICE:BYTES")
+                       type=pair(integer, unsigned64), metavar="DEVICE:BYTES",
+                       help="CUDA memory pool of one GPU (repeatable; default 64 MiB each)")
     group.add_argument("--cuda-virtual-address-size", action="append", default=[],
-                       type=pair(integer, unsigned64), metavar="DEVICE:BYTES")
+                       type=pair(integer, unsigned64), metavar="DEVICE:BYTES",
+                       help="virtual address space reserved on one GPU (repeatable)")
     group.add_argument("--min-supported-compute-capability", type=number, default=0.0,
-                       metavar="VERSION")
-    group.add_argument("--buffer-manager-thread-count", type=integer, default=0, metavar="N")
+                       metavar="VERSION", help="ignore GPUs below this CUDA compute "
+                       "capability (default 0.0 here; tritonserver's build sets 6.0)")
+    group.add_argument("--buffer-manager-thread-count", type=integer, default=0, metavar="N",
+                       help="threads that copy tensors to and from GPUs (default 0)")
     group.add_argument("--host-policy", action="append", default=[], metavar="NAME,SETTING=VALUE",
                        type=_type("policy", _parse_host_policy),
                        help="a host policy setting (repeatable), e.g. pinned,cpu-cores=0-1")
     group.add_argument("--model-load-gpu-limit", action="append", default=[],
-                       type=pair(integer, number), metavar="DEVICE:FRACTION")
+                       type=pair(integer, number), metavar="DEVICE:FRACTION",
+                       help="refuse to load a model onto a GPU whose used memory is over "
+                            "this fraction (repeatable)")
 
     group = serve.add_argument_group("DEPRECATED", "tritonserver's deprecated spellings.")
     group.add_argument("--strict-model-config", type=boolean, default=None, metavar="BOOL",

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "FRAMEWORK_EXTRAS",
     "Backend",
     "BackendInstance",
     "BackendModel",
@@ -318,8 +319,9 @@ _BUILTINS: dict[str, str] = {
     "pytorch": "infercore.backends.pytorch:PyTorchBackend",
 }
 
-# The extra that installs each built-in backend's framework (pyproject.toml).
-_EXTRAS: dict[str, tuple[str, str]] = {
+# Built-in backends whose framework is an extra: the framework's module and the extra
+# that installs it (pyproject.toml).
+FRAMEWORK_EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", "onnx"),
     "pytorch": ("torch", "torch"),
 }
@@ -453,7 +455,7 @@ def _create(name: str, target: _Target, settings: Mapping[str, str]) -> Backend:
 
 def _missing_extra(name: str, exc: ModuleNotFoundError) -> InvalidArgumentError | None:
     """The install line for a built-in backend whose framework is not installed."""
-    framework, extra = _EXTRAS.get(name, ("", ""))
+    framework, extra = FRAMEWORK_EXTRAS.get(name, ("", ""))
     if not framework or exc.name != framework:
         return None
     return InvalidArgumentError(

@@ -166,8 +166,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = group.add_argument
     add("--allow-grpc", type=boolean, default=True, metavar="BOOL",
         help="serve gRPC (default true)")
-    add("--grpc-address", default=defaults.address, metavar="ADDRESS")
-    add("--grpc-port", type=integer, default=defaults.port, metavar="PORT")
+    add("--grpc-address", default=defaults.address, metavar="ADDRESS",
+        help=f"address the gRPC endpoint binds (default {defaults.address})")
+    add("--grpc-port", type=integer, default=defaults.port, metavar="PORT",
+        help=f"gRPC port; 0 picks a free one (default {defaults.port})")
     add("--reuse-grpc-port", type=boolean, default=False, metavar="BOOL",
         help="let several servers bind the gRPC port (SO_REUSEPORT)")
     add("--grpc-header-forward-pattern", default="", metavar="REGEX",
@@ -181,11 +183,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tritonserver's pool of request/response states; no effect here")
     add("--grpc-max-response-pool-size", type=_response_pool_size, default=None, metavar="N",
         help="tritonserver's limit on queued response objects; no effect here")
-    add("--grpc-use-ssl", type=boolean, default=False, metavar="BOOL")
+    add("--grpc-use-ssl", type=boolean, default=False, metavar="BOOL",
+        help="serve gRPC over TLS with --grpc-server-cert/key (default false)")
     add("--grpc-use-ssl-mutual", type=boolean, default=False, metavar="BOOL",
         help="TLS with client certificates; implies --grpc-use-ssl")
-    add("--grpc-server-cert", default="", metavar="PEM")
-    add("--grpc-server-key", default="", metavar="PEM")
+    add("--grpc-server-cert", default="", metavar="PEM",
+        help="the server's TLS certificate file")
+    add("--grpc-server-key", default="", metavar="PEM", help="the server's TLS key file")
     add("--grpc-root-cert", default="", metavar="PEM",
         help="CA certificate that client certificates must chain to (mutual TLS)")
     add("--grpc-infer-response-compression-level", type=_compression_level, default="none",

@@ -74,8 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "extensions.")
     group.add_argument("--allow-http", type=boolean, default=True, metavar="BOOL",
                        help="serve HTTP/REST (default true)")
-    group.add_argument("--http-address", default="0.0.0.0", metavar="ADDRESS")
-    group.add_argument("--http-port", type=integer, default=8000, metavar="PORT")
+    group.add_argument("--http-address", default="0.0.0.0", metavar="ADDRESS",
+                       help="address the HTTP endpoint binds (default 0.0.0.0)")
+    group.add_argument("--http-port", type=integer, default=8000, metavar="PORT",
+                       help="HTTP port; 0 picks a free one (default 8000)")
     group.add_argument("--reuse-http-port", type=boolean, default=False, metavar="BOOL",
                        help="let several servers bind the HTTP port (SO_REUSEPORT)")
     group.add_argument(

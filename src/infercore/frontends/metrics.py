@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="nv_cpu_* metrics from /proc (default true)")
     group.add_argument("--metrics-address", default=None, metavar="ADDRESS",
                        help="default: the --http-address (as tritonserver)")
-    group.add_argument("--metrics-port", type=integer, default=8002, metavar="PORT")
+    group.add_argument("--metrics-port", type=integer, default=8002, metavar="PORT",
+                       help="port of the Prometheus /metrics endpoint (default 8002)")
     # tritonserver reads the interval as an integer, though its help says float
     group.add_argument("--metrics-interval-ms", type=integer, default=2000, metavar="MS",
                        help="how often CPU metrics are re-read (default 2000)")
