@@ -189,9 +189,11 @@ def test_unknown_backend_names_the_backends_there_are():
     register_backend("extra_here", _Fake)
     with pytest.raises(InvalidArgumentError) as caught:
         get_backend("tensorrt")
-    assert ("infercore has no 'tensorrt' backend; the backends here are "
-            "extra_here, onnxruntime, python, pytorch (more can be added as plugins"
-            ) in caught.value.message
+    message = caught.value.message
+    assert "infercore has no 'tensorrt' backend; the backends here are " in message
+    named = message.split("the backends here are ")[1].split(" (more can be added")[0]
+    assert {"extra_here", "onnxruntime", "python", "pytorch"} <= set(named.split(", "))
+    assert named.split(", ") == list_backends()
 
 
 @pytest.mark.parametrize(("backend", "framework", "extra"), [
