@@ -49,6 +49,7 @@ from .caller import Caller
 from .clock import Clock, MonotonicClock, deadline_after, seconds_until
 from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from .custom_metrics import CustomMetricsRegistry
+from .devices import Devices, NvmlDevices, check_load_limit
 from .dispatch import Dispatch
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from .instance import ModelInstance, cpu_cores_of
@@ -79,8 +80,8 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class ModelEnvironment:
     """What the server shares with every model: time, the rate limiter, host policies,
-    tracing, the custom metrics registry, and which optional latency figures the metrics
-    configuration asks for."""
+    tracing, the custom metrics registry, which optional latency figures the metrics
+    configuration asks for, and the GPUs with their load limits."""
 
     clock: Clock = field(default_factory=MonotonicClock)
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)
@@ -96,6 +97,10 @@ class ModelEnvironment:
     ray_address: str = ""
     # where models' custom metrics live (ModelContext.metrics): the process-wide registry
     custom_metrics: CustomMetricsRegistry = CUSTOM_REGISTRY
+    # the GPUs (Options.devices), and --model-load-gpu-limit: GPU id -> the fraction of
+    # its memory in use beyond which no instance is created there
+    devices: Devices = field(default_factory=NvmlDevices)
+    gpu_load_limits: Mapping[int, float] = field(default_factory=dict)
 
 
 # Each load of a model version keys its cache entries apart (cache.request_key).
@@ -182,10 +187,13 @@ class LoadedModel:
             return
         infos = _instance_infos(self.config)
         groups = {group.name: group for group in self.config.instance_group}
-        asks = {info.name: ResourceAsk.from_config(groups[info.group_name], info.device_id)
-                for info in infos}
+        # by position: Triton names a group's instances on different GPUs alike, and
+        # each asks for its own device's resources
+        asks = [ResourceAsk.from_config(groups[info.group_name], info.device_id)
+                for info in infos]
         rate_limiter = self._environment.rate_limiter
-        rate_limiter.register(self.name, asks.values())
+        rate_limiter.register(self.name, asks)
+        # an instance's name gives its group, and so its host policy: the same cores
         cores = {info.name: self._cpu_cores(info) for info in infos}
         blocking = device_blocking(self._backend)
         samples = warmup_samples(self.config, self.context.model_dir)
@@ -197,12 +205,12 @@ class LoadedModel:
         self._contributor = model if isinstance(model, MetricContributor) else None
         caller_runs = _caller_runs_policy(self.config)
         try:
-            for info in infos:
+            for position, info in enumerate(infos):
                 backend_instance = self._backend_model.create_instance(info)
                 self._instances.append(ModelInstance(
                     self.name, info, backend_instance, self.stats,
                     decoupled=self.context.decoupled, clock=self._clock,
-                    resources=asks[info.name],
+                    resources=asks[position],
                     # Only an instance's own thread runs it when the thread matters: GPU
                     # (the current device is per thread), a device-blocking backend (one
                     # thread per device), a host policy (the thread is pinned). Never for
@@ -213,6 +221,10 @@ class LoadedModel:
                                     and caller_runs != CALLER_RUNS_OFF),
                     inline_on_loop_allowed=caller_runs == CALLER_RUNS_AUTO,
                 ))
+                if info.kind == "KIND_GPU":  # checked once it is made, as Triton does
+                    check_load_limit(self._environment.devices,
+                                     self._environment.gpu_load_limits, info.device_id,
+                                     info.name)
             dispatch = Dispatch(self.name, self._instances, rate_limiter)
             # Every active instance runs the warmup samples before the model is READY.
             run_warmup(self.name, self.version, samples, self._instances, self._clock,
@@ -614,7 +626,9 @@ def _tensor_metadata(tensor: Any, batching: bool) -> dict[str, Any]:
 
 
 def _instance_infos(config: model_config_pb2.ModelConfig) -> list[InstanceInfo]:
-    """One InstanceInfo per instance, named as Triton names them ("<group>_<index>")."""
+    """One InstanceInfo per instance, named and ordered as Triton's PrepareInstances
+    makes them: for each of a group's ``count``, "<group>_<index>" on each of its GPUs
+    (a KIND_GPU group), so instances on different GPUs share their names."""
     infos = []
     for group in config.instance_group:
         kind = model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind)
@@ -624,9 +638,8 @@ def _instance_infos(config: model_config_pb2.ModelConfig) -> list[InstanceInfo]:
                 d.kind), int(d.device_id))
             for d in group.secondary_devices
         )
-        index = 0
-        for device in devices:
-            for _ in range(group.count):
+        for index in range(group.count):
+            for device in devices:
                 infos.append(
                     InstanceInfo(
                         name=f"{group.name}_{index}",
@@ -640,7 +653,6 @@ def _instance_infos(config: model_config_pb2.ModelConfig) -> list[InstanceInfo]:
                         host_policy=group.host_policy,
                     )
                 )
-                index += 1
     if not infos:
         raise InvalidArgumentError(f"model '{config.name}' has no model instances")
     return infos

@@ -11,8 +11,9 @@ Triton checks it: ``Server()`` refuses a cache implementation it does not have,
 models, a model that fails to load.
 
 Fields Triton uses only for GPU memory and devices (``pinned_memory_pool_size``,
-``cuda_memory_pool_sizes``, ``model_load_device_limits``, ...) are validated and kept, and
-have no effect on a CPU host.
+``cuda_memory_pool_sizes``, ...) are validated and kept, and have no effect;
+``model_load_device_limits`` refuse instances on a GPU whose memory is used beyond them.
+``devices`` is where the GPUs are found (infercore.devices).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .clock import Clock, MonotonicClock
+from .devices import Devices, NvmlDevices
 from .errors import InternalError, InvalidArgumentError
 from .log_settings import LogFormat
 from .metrics_settings import MetricsSettings
@@ -64,8 +66,10 @@ class RateLimiterResource:
 
 @dataclass(frozen=True, slots=True)
 class ModelLoadDeviceLimit:
-    """tritonserver's ``--model-load-gpu-limit <device>:<fraction>``: the share of a
-    device's memory that model loading may use (no effect without a GPU)."""
+    """tritonserver's ``--model-load-gpu-limit <device>:<fraction>``: an instance is not
+    created on GPU ``device`` while more than ``fraction`` of its memory is in use (checked
+    right after the instance is made, as Triton checks it). The refusals are Triton's
+    (TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit)."""
 
     kind: str
     device: int
@@ -145,7 +149,8 @@ class Options:
     # the Ray cluster of instance groups placed on Ray (--ray-address): "auto", "local",
     # "<host>:<port>" or "ray://<host>:<port>"; "" (the default) never imports Ray
     ray_address: str = ""
-    # GPU memory and devices: validated and shown, no effect on a CPU host
+    # GPU memory and devices: validated and shown, no effect on a CPU host (but
+    # model_load_device_limits, which refuse instances on a GPU short of memory)
     pinned_memory_pool_size: int = 1 << 28
     cuda_memory_pool_sizes: Mapping[int, int] = field(default_factory=dict)
     cuda_virtual_address_sizes: Mapping[int, int] = field(default_factory=dict)
@@ -154,6 +159,9 @@ class Options:
     model_load_device_limits: Sequence[ModelLoadDeviceLimit] = ()
     enable_peer_access: bool = True
     clock: Clock = field(default_factory=MonotonicClock, compare=False, repr=False)
+    # the GPUs instances may go on (infercore.devices; no flag): NVML by default,
+    # infercore.testing's FakeDevices in tests
+    devices: Devices = field(default_factory=NvmlDevices, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -224,6 +232,10 @@ def _validate(options: Options) -> None:
         raise InvalidArgumentError(
             f"clock must be an infercore.clock.Clock (now_ns and wait), got "
             f"{type(options.clock).__name__}")
+    if not isinstance(options.devices, Devices):
+        raise InvalidArgumentError(
+            f"devices must be an infercore.devices.Devices (gpu_count and memory), got "
+            f"{type(options.devices).__name__}")
     _check_configurations(options)
 
 

@@ -135,6 +135,9 @@ class Server(HandleEngine, StartStop):
                 first_response_histogram=metrics.enabled and metrics.histogram_latencies,
                 response_cache=ResponseCache.from_config(self.options.cache_config),
                 ray_address=self.options.ray_address,
+                devices=self.options.devices,
+                gpu_load_limits={limit.device: limit.fraction
+                                 for limit in self.options.model_load_device_limits},
             ),
         )
         self._metrics = ServerMetrics(metrics, self._manager.loaded,

@@ -13,10 +13,13 @@ from __future__ import annotations
 import socket
 import textwrap
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["ManualClock", "RepositoryBuilder", "free_ports"]
+from .devices import DeviceMemory
+from .errors import UnavailableError
+
+__all__ = ["FakeDevices", "ManualClock", "RepositoryBuilder", "free_ports"]
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -118,3 +121,38 @@ class ManualClock:
         with self._lock:
             if not self._parked.wait_for(lambda: self._sleepers >= count, timeout):
                 raise TimeoutError(f"{self._sleepers} threads parked, expected {count}")
+
+
+class FakeDevices:
+    """GPUs that are not there, for tests (``Options(devices=FakeDevices(2))``; see
+    infercore.devices): ``count`` GPUs of ``total_bytes`` each, with ``used_bytes`` in use
+    (one figure for all, or one per GPU). ``set_used(gpu, bytes)`` changes a GPU's figure
+    at any time, from any thread; ``memory_reads`` counts the reads of each GPU."""
+
+    def __init__(self, count: int = 1, *, total_bytes: int = 16 << 30,
+                 used_bytes: int | Sequence[int] = 0) -> None:
+        used = [used_bytes] * count if isinstance(used_bytes, int) else list(used_bytes)
+        if count < 0 or len(used) != count:
+            raise ValueError("FakeDevices needs count >= 0 and one used figure per GPU")
+        self._total = total_bytes
+        self._lock = threading.Lock()
+        self._memory = [DeviceMemory(u, total_bytes) for u in used]
+        self.memory_reads = [0] * count
+
+    def __repr__(self) -> str:
+        return f"FakeDevices({len(self._memory)})"
+
+    def gpu_count(self) -> int:
+        return len(self._memory)
+
+    def memory(self, gpu: int) -> DeviceMemory:
+        with self._lock:
+            if not 0 <= gpu < len(self._memory):
+                raise UnavailableError(f"GPU {gpu} is not available (this server sees "
+                                       f"{len(self._memory)} GPUs)")
+            self.memory_reads[gpu] += 1
+            return self._memory[gpu]
+
+    def set_used(self, gpu: int, used_bytes: int) -> None:
+        with self._lock:
+            self._memory[gpu] = DeviceMemory(used_bytes, self._total)

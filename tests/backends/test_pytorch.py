@@ -329,3 +329,13 @@ def test_output_datatype_other_than_configured_fails_the_request(harness: Harnes
     with pytest.raises(InternalError, match="unexpected datatype TYPE_FP32 for inference output "
                        "'y' of model 'mlp', expecting TYPE_FP64"):
         outputs_of(stream)
+
+
+def test_each_kind_of_instance_runs_on_its_torch_device():
+    from infercore.backends.base import InstanceInfo
+    from infercore.backends.pytorch import instance_device
+
+    assert instance_device(InstanceInfo("m_0_0", "m_0", 0, "KIND_GPU", 3)) == "cuda:3"
+    assert instance_device(InstanceInfo("m_0_0", "m_0", 0, "KIND_CPU", 0)) == "cpu"
+    assert instance_device(InstanceInfo("m_0_0", "m_0", 0, "KIND_MODEL", 0)) is None
+    assert PyTorchBackend().gpu_capable == torch.cuda.is_available()

@@ -374,3 +374,19 @@ def test_normalizing_twice_changes_nothing():
     normalize_model_config(again, model_name="m", gpu_count=1)
 
     assert again == config
+
+
+def test_kind_auto_and_the_default_group_stay_on_the_cpu_for_a_backend_without_gpus():
+    auto = _normalized('backend: "onnxruntime" instance_group [ { kind: KIND_AUTO } ]',
+                       gpu_count=2, backend_gpus=False)
+    default = _normalized('backend: "onnxruntime"', gpu_count=2, backend_gpus=False)
+    explicit = _normalized('backend: "onnxruntime" instance_group [ { kind: KIND_GPU } ]',
+                           gpu_count=2, backend_gpus=False)
+
+    assert [(g.kind, g.count, list(g.gpus)) for g in auto.instance_group] == [
+        (Group.KIND_CPU, 2, [])]
+    assert [(g.kind, g.count, list(g.gpus)) for g in default.instance_group] == [
+        (Group.KIND_CPU, 2, [])]
+    # an explicit KIND_GPU group keeps its GPUs: the backend refuses it with its reason
+    assert [(g.kind, list(g.gpus)) for g in explicit.instance_group] == [
+        (Group.KIND_GPU, [0, 1])]

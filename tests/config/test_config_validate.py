@@ -6,7 +6,11 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from infercore.config import normalize_model_config, validate_model_config
+from infercore.config import (
+    normalize_model_config,
+    validate_instance_groups,
+    validate_model_config,
+)
 from infercore.errors import InternalError, InvalidArgumentError
 
 INPUT = 'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]'
@@ -326,3 +330,13 @@ def test_first_broken_rule_wins():
     message = _message(_text(name="other", max_batch_size=-1))
 
     assert message == "'max_batch_size' must be non-negative value for other"
+
+
+def test_instance_groups_are_checked_apart_when_asked():
+    config = _normalized(_text(extra="instance_group [ { kind: KIND_GPU } ]"))
+
+    validate_model_config(config, model_name="add_sub", instance_groups=False)
+    with pytest.raises(InvalidArgumentError, match="has kind KIND_GPU but no GPUs are available"):
+        validate_instance_groups(config)
+    validate_instance_groups(
+        _normalized(_text(extra="instance_group [ { kind: KIND_GPU } ]"), 1), gpu_count=1)

@@ -21,6 +21,7 @@ object has one when it has its members (no base class needed), and without it th
 uses the documented default (docs/backends.md, "Optional capabilities"):
 
     DeviceBlocking     Backend.device_blocking: one backend thread per device  (False)
+    GpuCapable         Backend.gpu_capable: can run instances on this host's GPUs (True)
     HealthReporting    BackendModel.serving / health_reason                     (True, "")
     MetricContributor  BackendModel.metric_families(): families beside Triton's  (none)
     LoopInstance       BackendInstance.loop_ready / execute_on_loop /
@@ -86,6 +87,7 @@ __all__ = [
     "BackendModel",
     "CustomMetrics",
     "DeviceBlocking",
+    "GpuCapable",
     "HealthReporting",
     "InstanceInfo",
     "InstanceState",
@@ -95,6 +97,7 @@ __all__ = [
     "ModelControl",
     "backend_settings",
     "device_blocking",
+    "gpu_capable",
     "get_backend",
     "list_backends",
     "load_backend_directory",
@@ -194,9 +197,11 @@ class InstanceState(str, enum.Enum):
 class InstanceInfo:
     """One model instance, as Triton describes it to a backend."""
 
-    name: str  # "<group name>_<index in group>", e.g. "add_sub_0"
+    # "<group name>_<index in group>", e.g. "add_sub_0_0"; a KIND_GPU group's instances
+    # on different GPUs share their names, as in Triton
+    name: str
     group_name: str
-    index: int  # index within its group
+    index: int  # index within its group (of its count: the same on each of its GPUs)
     kind: str  # "KIND_CPU", "KIND_GPU", "KIND_MODEL"
     device_id: int
     passive: bool = False
@@ -255,6 +260,22 @@ class DeviceBlocking(Protocol):
 def device_blocking(backend: Backend) -> bool:
     """Whether ``backend`` asks for one backend thread per device."""
     return isinstance(backend, DeviceBlocking) and bool(backend.device_blocking)
+
+
+@runtime_checkable
+class GpuCapable(Protocol):
+    """On a Backend: ``gpu_capable = False`` when it cannot run instances on this host's
+    GPUs (its framework was built without CUDA). KIND_AUTO groups and a config without
+    instance groups then get CPU instances even on a GPU host; KIND_GPU groups still reach
+    ``create_instance``, which refuses them with its own reason. Default: True (Triton's
+    rule: the host's GPUs alone decide)."""
+
+    gpu_capable: bool
+
+
+def gpu_capable(backend: Backend) -> bool:
+    """Whether ``backend`` can run instances on this host's GPUs."""
+    return not isinstance(backend, GpuCapable) or bool(backend.gpu_capable)
 
 
 @runtime_checkable

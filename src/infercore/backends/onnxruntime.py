@@ -46,6 +46,7 @@ from .batching import (
     take_live,
 )
 from .onnxruntime_config import (
+    CUDA_PROVIDER,
     DEFAULT_MAX_BATCH_SIZE,
     IoPlan,
     auto_complete,
@@ -120,6 +121,11 @@ class OnnxRuntimeBackend:
             logger.warning("onnxruntime: enable-global-threadpool is not available through "
                            "onnxruntime's Python API; each session keeps its own thread pools")
 
+    @property
+    def gpu_capable(self) -> bool:
+        """Whether this onnxruntime has its CUDA execution provider (onnxruntime-gpu)."""
+        return CUDA_PROVIDER in ort.get_available_providers()
+
     def auto_complete_config(
         self, config: model_config_pb2.ModelConfig, model_dir: Path, version_dir: Path
     ) -> None:
@@ -172,7 +178,7 @@ class OnnxRuntimeModel:
         path = model_path(config, self.context.version_dir, f"model instance '{info.name}'")
         chosen = providers(config, info.kind, info.device_id, info.name)
         session = _open_session(path, self.options, chosen, self.name)
-        if info.kind == "KIND_GPU" and "CUDAExecutionProvider" not in session.get_providers():
+        if info.kind == "KIND_GPU" and CUDA_PROVIDER not in session.get_providers():
             # onnxruntime falls back to the CPU with a warning; Triton fails the load.
             raise UnavailableError(
                 f"instance '{info.name}' of model '{self.name}' has kind KIND_GPU, but "

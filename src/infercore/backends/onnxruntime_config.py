@@ -30,6 +30,7 @@ from ..errors import InvalidArgumentError, UnavailableError
 from ..tensor import DataType
 
 __all__ = [
+    "CUDA_PROVIDER",
     "DEFAULT_MAX_BATCH_SIZE",
     "IoPlan",
     "TensorInfo",
@@ -75,7 +76,7 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 
 _CPU = "CPUExecutionProvider"
-_CUDA = "CUDAExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
 _TENSORRT = "TensorrtExecutionProvider"
 _OPENVINO = "OpenVINOExecutionProvider"
 
@@ -396,7 +397,7 @@ def providers(
     accelerators = config.optimization.execution_accelerators
     chosen: list[Any] = []
     if kind == "KIND_GPU":
-        if _CUDA not in have:
+        if CUDA_PROVIDER not in have:
             raise UnavailableError(
                 f"instance '{instance}' of model '{model}' has kind KIND_GPU, but this "
                 f"onnxruntime build has no CUDA execution provider (it offers "
@@ -417,7 +418,7 @@ def providers(
                     f"unknown Execution Accelerator '{accelerator.name}' is requested for "
                     f"model '{model}'"
                 )
-        chosen.append((_CUDA, cuda_options))
+        chosen.append((CUDA_PROVIDER, cuda_options))
     else:
         for accelerator in accelerators.cpu_execution_accelerator:
             if accelerator.name == "openvino":

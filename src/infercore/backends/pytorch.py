@@ -50,7 +50,7 @@ from .batching import (
 )
 from .pytorch_call import CallPlan, plan_call
 
-__all__ = ["PyTorchBackend", "PyTorchInstance", "PyTorchModel"]
+__all__ = ["PyTorchBackend", "PyTorchInstance", "PyTorchModel", "instance_device"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,11 @@ class PyTorchBackend:
 
     def __init__(self, settings: Mapping[str, str] | None = None) -> None:
         self._settings = dict(settings or {})
+
+    @property
+    def gpu_capable(self) -> bool:
+        """Whether this torch is a CUDA build that sees a GPU."""
+        return bool(torch.cuda.is_available())
 
     def auto_complete_config(
         self, config: model_config_pb2.ModelConfig, model_dir: Path, version_dir: Path
@@ -228,22 +233,32 @@ class PyTorchModel:
         self._shared.clear()
 
 
-def _device(info: InstanceInfo, model: str) -> torch.device | None:
-    """Where inputs go: the instance's GPU, the CPU, or (KIND_MODEL) wherever the model
-    keeps its own parameters (None: leave tensors on the CPU, load as saved)."""
+def instance_device(info: InstanceInfo) -> str | None:
+    """Where an instance's module and inputs go, as torch names the device: "cuda:<id>"
+    for a KIND_GPU instance on GPU <id>, "cpu", or None for KIND_MODEL (wherever the
+    model keeps its own parameters: load as saved, leave inputs on the CPU)."""
     if info.kind == "KIND_GPU":
-        if not torch.cuda.is_available() or info.device_id >= torch.cuda.device_count():
-            build = ("a CPU-only build" if torch.version.cuda is None
-                     else f"built for CUDA {torch.version.cuda}")
-            raise UnavailableError(
-                f"instance '{info.name}' of model '{model}' has kind KIND_GPU (device "
-                f"{info.device_id}), but torch {torch.__version__} ({build}) sees no such "
-                "CUDA device; use KIND_CPU, or install a CUDA build of torch on a GPU host"
-            )
-        return torch.device("cuda", info.device_id)
+        return f"cuda:{info.device_id}"
     if info.kind == "KIND_MODEL":
         return None
-    return torch.device("cpu")
+    return "cpu"
+
+
+def _device(info: InstanceInfo, model: str) -> torch.device | None:
+    """The instance's ``instance_device``, once torch is known to have it."""
+    name = instance_device(info)
+    if name is None:
+        return None
+    if info.kind == "KIND_GPU" and (not torch.cuda.is_available()
+                                    or info.device_id >= torch.cuda.device_count()):
+        build = ("a CPU-only build" if torch.version.cuda is None
+                 else f"built for CUDA {torch.version.cuda}")
+        raise UnavailableError(
+            f"instance '{info.name}' of model '{model}' has kind KIND_GPU (device "
+            f"{info.device_id}), but torch {torch.__version__} ({build}) sees no such "
+            "CUDA device; use KIND_CPU, or install a CUDA build of torch on a GPU host"
+        )
+    return torch.device(name)
 
 
 class PyTorchInstance:

@@ -4,7 +4,7 @@ from .normalize import normalize_model_config
 from .parse import parse_model_config, read_model_config
 from .platform import default_model_filename, resolve_backend
 from .render import model_config_from_json, model_config_to_json
-from .validate import validate_model_config
+from .validate import validate_instance_groups, validate_model_config
 
 __all__ = [
     "default_model_filename",
@@ -14,5 +14,6 @@ __all__ = [
     "parse_model_config",
     "read_model_config",
     "resolve_backend",
+    "validate_instance_groups",
     "validate_model_config",
 ]

@@ -32,12 +32,15 @@ def normalize_model_config(
     model_name: str,
     gpu_count: int = 0,
     preferred_groups: Sequence[model_config_pb2.ModelInstanceGroup] = (),
+    backend_gpus: bool = True,
 ) -> None:
     """Fill Triton's defaults into ``config`` in place.
 
     Args:
         model_name: the model directory name, used when the config has no name.
         gpu_count: GPUs usable on this host (ids 0..gpu_count-1).
+        backend_gpus: whether the backend can run instances on GPUs here; when not,
+            KIND_AUTO groups (and the default group) become KIND_CPU even on a GPU host.
         preferred_groups: the backend's preferred instance groups (Triton's
             ``TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup``), used for a config
             without instance groups and for groups that leave count or gpus unset.
@@ -48,7 +51,7 @@ def normalize_model_config(
     if not config.default_model_filename:
         config.default_model_filename = default_model_filename(config.backend, config.platform)
     _normalize_model_config(config)
-    _normalize_instance_groups(config, range(gpu_count), preferred_groups)
+    _normalize_instance_groups(config, range(gpu_count), preferred_groups, backend_gpus)
 
 
 def _normalize_model_config(config: model_config_pb2.ModelConfig) -> None:
@@ -83,6 +86,7 @@ def _normalize_instance_groups(
     config: model_config_pb2.ModelConfig,
     supported_gpus: Sequence[int],
     preferred_groups: Sequence[model_config_pb2.ModelInstanceGroup],
+    backend_gpus: bool = True,
 ) -> None:
     """Triton's NormalizeInstanceGroup: names, kinds, counts and gpus of every group."""
     if config.HasField("ensemble_scheduling"):
@@ -96,8 +100,10 @@ def _normalize_instance_groups(
             group.name = f"{config.name}_{index}"
 
         if group.kind == _Group.KIND_AUTO:
-            # GPU only when the host has GPUs and every listed gpu is one of them.
-            usable = bool(supported_gpus) and all(gid in supported_gpus for gid in group.gpus)
+            # GPU only when the host has GPUs and every listed gpu is one of them (and,
+            # infercore's addition, the backend can use them: a CPU-only onnxruntime)
+            usable = (backend_gpus and bool(supported_gpus)
+                      and all(gid in supported_gpus for gid in group.gpus))
             group.kind = _Group.KIND_GPU if usable else _Group.KIND_CPU
 
         for preferred in preferred_groups:

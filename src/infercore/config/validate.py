@@ -19,7 +19,7 @@ from .platform import ENSEMBLE_PLATFORM, KNOWN_BACKEND_PLATFORMS, TENSORRT_PLATF
 from .validate_io import io_errors
 from .validate_sequence import sequence_errors
 
-__all__ = ["validate_model_config"]
+__all__ = ["validate_instance_groups", "validate_model_config"]
 
 # Triton reports the CUDA compute capability it requires next to the GPUs it found.
 MIN_COMPUTE_CAPABILITY = 6.0
@@ -35,6 +35,7 @@ def validate_model_config(
     model_name: str,
     backend_can_batch: bool = True,
     gpu_count: int = 0,
+    instance_groups: bool = True,
 ) -> None:
     """Raise InvalidArgumentError for the first rule ``config`` breaks.
 
@@ -42,17 +43,32 @@ def validate_model_config(
         model_name: the model directory name; the config's name must equal it.
         backend_can_batch: False when the backend cannot batch, so max_batch_size must be 0.
         gpu_count: GPUs usable on this host (ids 0..gpu_count-1).
+        instance_groups: False leaves the instance groups out (``validate_instance_groups``
+            checks them: Triton does as each version loads, not when it polls).
 
     Raises:
         InvalidArgumentError: the config breaks a rule.
         InternalError: an instance group still has KIND_AUTO (the config was not normalized).
     """
-    for message in _errors(config, model_name, backend_can_batch, gpu_count):
+    for message in _errors(config, model_name, backend_can_batch):
+        raise InvalidArgumentError(message)
+    if instance_groups:
+        validate_instance_groups(config, gpu_count=gpu_count)
+
+
+def validate_instance_groups(config: model_config_pb2.ModelConfig, *, gpu_count: int = 0) -> None:
+    """Triton's ValidateInstanceGroup: raise InvalidArgumentError for the first rule the
+    normalised instance groups break, with this host's GPUs as ids 0..gpu_count-1.
+
+    Raises:
+        InternalError: an instance group still has KIND_AUTO (the config was not normalized).
+    """
+    for message in _instance_group_errors(config, gpu_count):
         raise InvalidArgumentError(message)
 
 
 def _errors(
-    config: model_config_pb2.ModelConfig, model_name: str, backend_can_batch: bool, gpu_count: int
+    config: model_config_pb2.ModelConfig, model_name: str, backend_can_batch: bool
 ) -> Iterator[str]:
     yield from _model_errors(config, backend_can_batch)
     yield from _unused_ensemble_tensors(config)
@@ -66,7 +82,6 @@ def _errors(
             f"unexpected directory name '{model_name}' for model '{name}', directory name "
             "must equal model name"
         )
-    yield from _instance_group_errors(config, gpu_count)
 
 
 def _model_errors(config: model_config_pb2.ModelConfig, backend_can_batch: bool) -> Iterator[str]:

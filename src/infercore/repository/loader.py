@@ -28,6 +28,7 @@ from ..backends.base import (
     ModelControl,
     backend_settings,
     get_backend,
+    gpu_capable,
 )
 from ..errors import InvalidArgumentError, TritonError
 from ..model import LoadedModel, ModelEnvironment
@@ -136,7 +137,8 @@ class ModelLoader:
 
         Raises:
             PollFailed: the config is unreadable, or invalid once normalised.
-            VersionsFailed: the backend could not complete the config.
+            VersionsFailed: the backend could not complete the config, or its instance
+                groups are invalid (on this host: KIND_GPU without its GPUs).
             TritonError: no backend fits, auto-completion fails, or the version policy
                 selects no version.
         """
@@ -180,18 +182,27 @@ class ModelLoader:
         except TritonError as exc:
             versions, _ = select_versions(available, config.version_policy, model_name=name)
             raise VersionsFailed(exc, tuple(versions)) from exc
+        # the GPUs this process sees (CUDA_VISIBLE_DEVICES), asked at each poll as Triton
+        # asks the CUDA runtime
+        gpus = self._environment.devices.gpu_count()
         try:
-            model_config.normalize_model_config(config, model_name=name, gpu_count=0)
+            model_config.normalize_model_config(
+                config, model_name=name, gpu_count=gpus,
+                backend_gpus=gpus > 0 and (backend is None or gpu_capable(backend)))
             model_config.validate_model_config(
                 config, model_name=name,
                 backend_can_batch=backend.supports_batching if backend is not None else True,
-                gpu_count=0,
+                instance_groups=False,
             )
         except TritonError as exc:  # Triton validates at poll (its IO checks come later)
             raise PollFailed(exc) from exc
         versions, missing = select_versions(available, config.version_policy, model_name=name)
         if not versions:
             raise InvalidArgumentError(no_version_reason(name))
+        try:  # Triton checks the instance groups as each version loads (TritonModel::Create)
+            model_config.validate_instance_groups(config, gpu_count=gpus)
+        except TritonError as exc:
+            raise VersionsFailed(exc, tuple(versions)) from exc
         return PreparedModel(source, config, backend, tuple(versions), missing)
 
     def load_version(

@@ -1,0 +1,62 @@
+"""GPU instance groups on this host, which has no GPU: what Triton answers for KIND_GPU,
+a listed GPU it lacks, KIND_AUTO and the default group. (Instances on GPUs are tested
+against infercore.testing.FakeDevices in tests/repository/test_gpu_instances.py.)
+"""
+
+from __future__ import annotations
+
+from ..case import Case, Grpc, Http, Model, Suite
+from ..models import IDENTITY_PY, python_model
+
+AREA = "devices"
+
+
+def _model(name: str, groups: str) -> Model:
+    config = f'''
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+{groups}
+'''
+    return python_model(name, config, IDENTITY_PY)
+
+
+_MODELS = [
+    _model("gpu", "instance_group [ { kind: KIND_GPU } ]"),
+    _model("gpu_listed", "instance_group [ { kind: KIND_GPU gpus: [ 1 ] count: 2 } ]"),
+    _model("auto", "instance_group [ { kind: KIND_AUTO count: 2 } ]"),
+    _model("default_group", ""),
+    _model("cpu", "instance_group [ { kind: KIND_CPU } ]"),
+]
+
+
+def _infer(name: str) -> Http:
+    return Http("POST", f"/v2/models/{name}/infer", json={"inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.5, -2.0]}]})
+
+
+def _grpc_infer(name: str) -> Grpc:
+    return Grpc("ModelInfer", {"model_name": name, "inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [2],
+         "contents": {"fp32_contents": [1.5, -2.0]}}]})
+
+
+_CPU_HOST_CASES = [
+    Case("index", [Http("POST", "/v2/repository/index", json={}),
+                   Grpc("RepositoryIndex")]),
+    Case("ready", [Http("GET", "/v2/health/ready"), Http("GET", "/v2/models/gpu/ready"),
+                   Http("GET", "/v2/models/auto/ready")]),
+    Case("kind_auto_config", [Http("GET", "/v2/models/auto/config"),
+                              Http("GET", "/v2/models/default_group/config")]),
+    Case("infer_refused_then_served", [
+        _infer("gpu"), _grpc_infer("gpu_listed"), _infer("auto"), _grpc_infer("default_group"),
+        _infer("cpu")]),
+]
+
+
+SUITES = [
+    Suite("devices_cpu_host", AREA, _MODELS, ["--exit-on-error=false"], _CPU_HOST_CASES,
+          wait_ready=False),
+]

@@ -1,0 +1,141 @@
+"""The device layer: CUDA_VISIBLE_DEVICES as the CUDA runtime reads it, NVML discovery
+(run against a stand-in for the pynvml module), memory figures and the load limit."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from infercore import Options
+from infercore.devices import DeviceMemory, NvmlDevices, check_load_limit, visible_gpus
+from infercore.errors import InvalidArgumentError, UnavailableError
+from infercore.testing import FakeDevices
+
+UUIDS = ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-bbbc3333"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (None, [0, 1, 2]),
+        ("", []),
+        ("-1", []),
+        ("2", [2]),
+        ("2,0", [2, 0]),
+        (" 1 , 2 ", [1, 2]),
+        ("0,7,1", [0]),  # the list ends at the first entry that names no GPU
+        ("1,1,2", [1]),  # and at a GPU already listed
+        ("GPU-bbbc", [2]),  # a unique UUID prefix
+        ("GPU-bbb,0", []),  # an ambiguous one names no GPU
+        ("GPU-aaaa1111,2", [0, 2]),
+        ("MIG-0123", []),
+        ("zero", []),
+    ],
+)
+def test_cuda_visible_devices_selects_and_orders_the_gpus(setting, expected):
+    assert visible_gpus(setting, UUIDS) == expected
+
+
+class FakeNvml:
+    """What NvmlDevices calls of pynvml, for a host with ``memory`` (free, total) GPUs."""
+
+    def __init__(self, memory: list[tuple[int, int]], fail_init: bool = False) -> None:
+        self.memory = memory
+        self.fail_init = fail_init
+        self.inits = 0
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.memory)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetUUID(self, handle: int) -> bytes:
+        return UUIDS[handle].encode()  # older pynvml releases return bytes
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+        free, total = self.memory[handle]
+        return SimpleNamespace(free=free, total=total, used=0)
+
+
+def test_nvml_devices_count_the_visible_gpus_and_read_their_memory():
+    nvml = FakeNvml([(10, 100), (30, 100), (99, 100)])
+    devices = NvmlDevices({"CUDA_VISIBLE_DEVICES": "2,1"}, nvml)
+    assert devices.gpu_count() == 2
+    # GPU 0 is the host's third: used = total - free, as Triton reads cudaMemGetInfo
+    assert devices.memory(0) == DeviceMemory(1, 100)
+    assert devices.memory(1) == DeviceMemory(70, 100)
+    with pytest.raises(UnavailableError, match="GPU 2 is not available"):
+        devices.memory(2)
+    assert nvml.inits == 1  # discovered once
+
+
+def test_nvml_devices_without_cuda_visible_devices_see_every_gpu():
+    assert NvmlDevices({}, FakeNvml([(1, 2), (1, 2), (1, 2)])).gpu_count() == 3
+
+
+def test_nvml_devices_without_a_driver_see_no_gpus():
+    assert NvmlDevices({}, FakeNvml([(1, 2)], fail_init=True)).gpu_count() == 0
+
+
+def test_nvml_devices_without_pynvml_see_no_gpus(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing it raises ImportError
+    assert NvmlDevices({}).gpu_count() == 0
+
+
+def test_a_failed_memory_read_is_unavailable():
+    nvml = FakeNvml([(1, 2)])
+    devices = NvmlDevices({}, nvml)
+    assert devices.gpu_count() == 1
+    nvml.memory = []  # the device went away
+    with pytest.raises(UnavailableError, match="failed to read the memory of GPU 0"):
+        devices.memory(0)
+
+
+def test_device_memory_exceeds_a_fraction_as_triton_compares():
+    memory = DeviceMemory(50, 100)
+    assert not memory.exceeds(0.5)  # used > total * fraction
+    assert memory.exceeds(0.49)
+    assert not DeviceMemory(100, 100).exceeds(1.0)
+    assert memory.exceeds(0.0)
+    assert not memory.exceeds(float("nan"))
+    with pytest.raises(InvalidArgumentError, match="0 <= used <= total"):
+        DeviceMemory(101, 100)
+
+
+def test_load_limit_refuses_with_tritons_message_only_where_a_limit_is_set():
+    devices = FakeDevices(2, total_bytes=100, used_bytes=[80, 80])
+    check_load_limit(devices, {1: 0.5}, 0, "m_0_0")  # GPU 0 has no limit
+    assert devices.memory_reads[0] == 0  # and its memory is not even read
+    check_load_limit(devices, {0: 0.8}, 0, "m_0_0")  # 80 is not more than 80
+    with pytest.raises(UnavailableError) as caught:
+        check_load_limit(devices, {1: 0.5}, 1, "m_0_1")
+    assert caught.value.message == (
+        "can not create model 'm_0_1': memory limit set for GPU 1 has exceeded, model "
+        "loading is rejected."
+    )
+
+
+def test_options_take_a_device_layer_and_refuse_anything_else():
+    fake = FakeDevices(3)
+    assert Options(devices=fake).devices is fake
+    assert isinstance(Options().devices, NvmlDevices)
+    with pytest.raises(InvalidArgumentError, match="devices must be an infercore.devices"):
+        Options(devices=3)
+
+
+def test_fake_devices_check_their_figures():
+    with pytest.raises(ValueError, match="one used figure per GPU"):
+        FakeDevices(2, used_bytes=[1])
+    devices = FakeDevices(1, total_bytes=10)
+    devices.set_used(0, 7)
+    assert devices.memory(0) == DeviceMemory(7, 10)
+    with pytest.raises(UnavailableError, match="GPU 1 is not available"):
+        devices.memory(1)
