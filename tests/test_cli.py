@@ -169,9 +169,30 @@ def test_gpu_flags_are_accepted_and_only_shown():
     assert [note.split(" ", 1)[0] for note in extras.notes] == [
         "--pinned-memory-pool-byte-size", "--cuda-memory-pool-byte-size",
         "--min-supported-compute-capability", "--cuda-virtual-address-size",
-        "--buffer-manager-thread-count", "--model-load-gpu-limit", "--cache-directory",
+        "--buffer-manager-thread-count", "--cache-directory",
         "--repoagent-directory", "--allow-gpu-metrics", "--grpc-infer-allocation-pool-size"]
     assert all(" has no effect here: " in note for note in extras.notes)
+
+
+def test_the_first_gpu_limit_given_for_a_device_holds_in_device_order():
+    # tritonserver keeps the limits in a std::map filled with emplace: the first one wins
+    args = parse("--model-load-gpu-limit=1:0.25", "--model-load-gpu-limit=0:0.5",
+                 "--model-load-gpu-limit=1:0.75", "--model-load-gpu-limit=0:0")
+    assert [(limit.device, limit.fraction)
+            for limit in options_from_args(args).model_load_device_limits] == [
+        (0, 0.5), (1, 0.25)]
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("0:1.5", "expects limit fraction to be in range [0.0, 1.0], got 1.500000"),
+    ("0:-0.5", "expects limit fraction to be in range [0.0, 1.0], got -0.500000"),
+    ("-1:0.5", "expects device ID >= 0, got -1"),
+])
+def test_a_refused_gpu_limit_ends_the_command_as_tritonservers_does(flag, message, capsys):
+    status = cli.main([f"--model-load-gpu-limit={flag}"])
+    assert status == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: setting model load GPU limit: Invalid argument - {message}")
 
 
 def test_frontend_flags_reach_the_frontends():
@@ -460,7 +481,7 @@ def test_main_builds_options_warns_and_serves(monkeypatch, capsys, caplog, tmp_p
     assert [m.__name__.rsplit(".", 1)[1] for m in served["modules"]] == [
         "http", "grpc", "sagemaker", "vertex_ai", "metrics"]
     assert served["extras"].notes == (
-        "--pinned-memory-pool-byte-size has no effect here: no GPU is used",)
+        "--pinned-memory-pool-byte-size has no effect here: infercore manages no GPU memory",)
     err = capsys.readouterr().err
     assert "'--strict-model-config' has been deprecated" in err
     # tritonserver checks a backend folder only when a model needs it: a warning, no error

@@ -347,7 +347,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
 
     group = serve.add_argument_group(
         "Memory/Device Management", "GPU settings are accepted, kept in the options and "
-        "shown in the options table; they have no effect on a CPU host.")
+        "shown in the options table; only --model-load-gpu-limit has an effect (docs/gpu.md).")
     group.add_argument("--pinned-memory-pool-byte-size", type=integer64, default=1 << 28,
                        metavar="BYTES", help="page-locked host memory for GPU copies "
                        "(default 268435456)")
@@ -367,8 +367,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="a host policy setting (repeatable), e.g. pinned,cpu-cores=0-1")
     group.add_argument("--model-load-gpu-limit", action="append", default=[],
                        type=pair(integer, number), metavar="DEVICE:FRACTION",
-                       help="refuse to load a model onto a GPU whose used memory is over "
-                            "this fraction (repeatable)")
+                       help="refuse to create an instance on GPU DEVICE while more than "
+                            "FRACTION of its memory is in use (repeatable)")
 
     group = serve.add_argument_group("DEPRECATED", "tritonserver's deprecated spellings.")
     group.add_argument("--strict-model-config", type=boolean, default=None, metavar="BOOL",
@@ -463,11 +463,19 @@ def _options(args: argparse.Namespace) -> Options:
         cuda_virtual_address_sizes=dict(args.cuda_virtual_address_size),
         min_supported_compute_capability=args.min_supported_compute_capability,
         buffer_manager_thread_count=max(0, args.buffer_manager_thread_count),
-        model_load_device_limits=tuple(
-            ModelLoadDeviceLimit("GPU", device, fraction)
-            for device, fraction in dict(args.model_load_gpu_limit).items()),
+        model_load_device_limits=model_load_limits(args),
         **metrics_frontend.options_from_args(args),
     )
+
+
+def model_load_limits(args: argparse.Namespace) -> tuple[ModelLoadDeviceLimit, ...]:
+    """``--model-load-gpu-limit``: the first limit given for a device holds, in device
+    order (tritonserver keeps them in a std::map, filled with emplace)."""
+    first: dict[int, float] = {}
+    for device, fraction in args.model_load_gpu_limit:
+        first.setdefault(device, fraction)
+    return tuple(ModelLoadDeviceLimit("GPU", device, fraction)
+                 for device, fraction in sorted(first.items()))
 
 
 def serve_extras(args: argparse.Namespace) -> ServeExtras:
@@ -479,7 +487,7 @@ def serve_extras(args: argparse.Namespace) -> ServeExtras:
                        notes=tuple(no_effect_notes(args)))
 
 
-_NO_GPU = "no GPU is used"
+_NO_GPU = "infercore manages no GPU memory"
 # tritonserver's flags that change nothing in infercore, and why (the start-up log says
 # so once for each one given; SageMaker and Vertex AI say so when they are turned on)
 NO_EFFECT = {
@@ -488,7 +496,6 @@ NO_EFFECT = {
     "cuda-memory-pool-byte-size": _NO_GPU,
     "cuda-virtual-address-size": _NO_GPU,
     "min-supported-compute-capability": _NO_GPU,
-    "model-load-gpu-limit": _NO_GPU,
     "allow-gpu-metrics": _NO_GPU,
     "buffer-manager-thread-count": "tensors are not copied by helper threads here",
     "grpc-infer-thread-count": "the gRPC frontend has no inference handler threads to size",
@@ -655,6 +662,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_command_line(args)
     except TritonError as exc:
         serve.error(exc.message)
+    try:
+        model_load_limits(args)
+    except TritonError as exc:  # refused as tritonserver builds its options, before the rest
+        report_creation_failure(exc, "setting model load GPU limit")
+        return 1
     try:
         options = _options(args)
     except TritonError as exc:  # what tritonserver's server options refuse

@@ -318,9 +318,10 @@ def _start_unless_stopped(server: Server, signals: StopSignals) -> bool:
     return True
 
 
-def report_creation_failure(error: TritonError) -> None:
-    """tritonserver's last words when the server cannot be created."""
-    print(f"error: creating server: {error.code_name} - {error.message}", file=sys.stderr,
+def report_creation_failure(error: TritonError, step: str = "creating server") -> None:
+    """tritonserver's last words when the server cannot be created (or, ``step``, one of
+    its options cannot be set)."""
+    print(f"error: {step}: {error.code_name} - {error.message}", file=sys.stderr,
           flush=True)
 
 

@@ -81,11 +81,19 @@ class ModelLoadDeviceLimit:
             raise InvalidArgumentError(
                 f"model load device limits apply to GPU devices only, not '{self.kind}'")
         object.__setattr__(self, "kind", kind)
-        _check_int("the device of a model load limit", self.device, 0)
-        fraction = _check_number("a model load limit's fraction", self.fraction, 0.0)
-        if not 0.0 < fraction <= 1.0:
+        if isinstance(self.device, bool) or not isinstance(self.device, int):
             raise InvalidArgumentError(
-                f"a model load limit's fraction must be in (0, 1], got {self.fraction}")
+                f"the device of a model load limit must be an integer, got {self.device!r}")
+        if self.device < 0:
+            raise InvalidArgumentError(f"expects device ID >= 0, got {self.device}")
+        fraction = self.fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise InvalidArgumentError(
+                f"a model load limit's fraction must be a number, got {fraction!r}")
+        if fraction < 0.0 or fraction > 1.0:  # Triton's check: NaN passes it, as in Triton
+            raise InvalidArgumentError(
+                f"expects limit fraction to be in range [0.0, 1.0], got {fraction:f}")
+        object.__setattr__(self, "fraction", float(fraction))
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,7 +180,11 @@ def test_bad_values_are_refused_when_the_options_are_made(fields, message):
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: RateLimiterResource(b"R", 1), "name must be a string"),
     (lambda: RateLimiterResource("R", -1), "count of rate limiter resource 'R'"),
-    (lambda: ModelLoadDeviceLimit("GPU", 0, 1.5), r"fraction must be in \(0, 1\]"),
+    # Triton's words (TRITONSERVER_ServerOptionsSetModelLoadDeviceLimit)
+    (lambda: ModelLoadDeviceLimit("GPU", 0, 1.5),
+     r"expects limit fraction to be in range \[0.0, 1.0\], got 1.500000"),
+    (lambda: ModelLoadDeviceLimit("GPU", 0, -0.5), r"in range \[0.0, 1.0\], got -0.500000"),
+    (lambda: ModelLoadDeviceLimit("GPU", -1, 0.5), "expects device ID >= 0, got -1"),
     (lambda: ModelLoadDeviceLimit("CPU", 0, 0.5), "GPU devices only"),
 ])
 def test_option_values_check_themselves(make, message):

@@ -1,6 +1,7 @@
-"""GPU instance groups on this host, which has no GPU: what Triton answers for KIND_GPU,
-a listed GPU it lacks, KIND_AUTO and the default group. (Instances on GPUs are tested
-against infercore.testing.FakeDevices in tests/repository/test_gpu_instances.py.)
+"""GPU instance groups and --model-load-gpu-limit on this host, which has no GPU: what
+Triton answers for KIND_GPU, a listed GPU it lacks, KIND_AUTO and the default group, and
+how its command line takes the load limit. (Instances on GPUs are tested against
+infercore.testing.FakeDevices in tests/repository/test_gpu_instances.py.)
 """
 
 from __future__ import annotations
@@ -56,7 +57,23 @@ _CPU_HOST_CASES = [
 ]
 
 
+def _flags(name: str, *flags: str) -> Suite:
+    return Suite(f"devices_{name}", AREA, [_model("cpu", "instance_group [ { kind: KIND_CPU } ]")],
+                 list(flags), startup=True)
+
+
 SUITES = [
     Suite("devices_cpu_host", AREA, _MODELS, ["--exit-on-error=false"], _CPU_HOST_CASES,
           wait_ready=False),
+    # a load limit refused as tritonserver builds its options
+    _flags("gpu_limit_over_one", "--model-load-gpu-limit=0:1.5"),
+    _flags("gpu_limit_negative", "--model-load-gpu-limit=0:-0.5"),
+    _flags("gpu_limit_negative_device", "--model-load-gpu-limit=-1:0.5"),
+    # and taken: the bounds of [0.0, 1.0], NaN (which passes Triton's range check), a
+    # device given twice (the first holds), a device this host does not have
+    _flags("gpu_limit_zero", "--model-load-gpu-limit=0:0"),
+    _flags("gpu_limit_one", "--model-load-gpu-limit=0:1"),
+    _flags("gpu_limit_nan", "--model-load-gpu-limit=0:nan"),
+    _flags("gpu_limit_repeated", "--model-load-gpu-limit=0:0.5", "--model-load-gpu-limit=0:2"),
+    _flags("gpu_limit_absent_device", "--model-load-gpu-limit=7:0.5"),
 ]
