@@ -1,4 +1,5 @@
-"""A small public test kit: build model repositories on disk from text, draw free ports.
+"""A small public test kit: build model repositories on disk from text, draw free ports,
+move time by hand (ManualClock), stand in for GPUs (FakeDevices).
 
     repo = RepositoryBuilder(tmp_path / "models")
     repo.add_model("add_sub", config=ADD_SUB_CONFIG, model_py=ADD_SUB_PY)
