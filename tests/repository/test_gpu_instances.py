@@ -77,20 +77,29 @@ def _reasons(server: Server) -> dict[str, tuple[str, str]]:
     return {e.name: (e.state.value, e.reason) for e in server.repository_index()}
 
 
-def test_kind_gpu_makes_count_instances_on_each_listed_gpu_named_as_triton(tmp_path):
-    repo = _repo(tmp_path, m="instance_group [ { kind: KIND_GPU gpus: [ 2, 0 ] count: 2 } ]")
+# infercore runs a Python model with this parameter in worker processes (docs/process_isolation.md)
+PROCESS_MODE = 'parameters: { key: "infercore.execution_mode" value: { string_value: "process" } }'
+
+
+@pytest.mark.parametrize("mode", ["", PROCESS_MODE], ids=["in_thread", "process"])
+def test_kind_gpu_makes_count_instances_on_each_listed_gpu_named_as_triton(tmp_path, mode):
+    groups = "instance_group [ { kind: KIND_GPU gpus: [ 2, 0 ] count: 2 } ]"
+    repo = _repo(tmp_path, m=f"{groups}\n{mode}")
     with Server(model_repository=repo.path, devices=FakeDevices(3)) as server:
         assert _groups(server, "m") == [("m_0", "KIND_GPU", 2, [2, 0])]
         # Triton's order: each count on each GPU; one name per count, on every GPU
-        assert _instances(repo, "m") == [
-            ("m_0_0", "GPU", "2"),
-            ("m_0_0", "GPU", "0"),
-            ("m_0_1", "GPU", "2"),
-            ("m_0_1", "GPU", "0"),
-        ]
-        assert server.model("m").infer(inputs={"IN": [1.0]}).result().outputs[
-            "OUT"
-        ].to_numpy().tolist() == [1.0]
+        assert sorted(_instances(repo, "m")) == sorted(
+            [
+                ("m_0_0", "GPU", "2"),
+                ("m_0_0", "GPU", "0"),
+                ("m_0_1", "GPU", "2"),
+                ("m_0_1", "GPU", "0"),
+            ]
+        )
+        if not mode:  # in-thread instances are made one after the other
+            assert _instances(repo, "m")[:2] == [("m_0_0", "GPU", "2"), ("m_0_0", "GPU", "0")]
+        result = server.model("m").infer(inputs={"IN": [1.0]}).result()
+        assert result.outputs["OUT"].to_numpy().tolist() == [1.0]
 
 
 def test_kind_gpu_without_gpus_listed_goes_on_every_gpu(tmp_path):
