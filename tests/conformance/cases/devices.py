@@ -34,37 +34,78 @@ _MODELS = [
 
 
 def _infer(name: str) -> Http:
-    return Http("POST", f"/v2/models/{name}/infer", json={"inputs": [
-        {"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.5, -2.0]}]})
+    return Http(
+        "POST",
+        f"/v2/models/{name}/infer",
+        json={
+            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.5, -2.0]}]
+        },
+    )
 
 
 def _grpc_infer(name: str) -> Grpc:
-    return Grpc("ModelInfer", {"model_name": name, "inputs": [
-        {"name": "INPUT0", "datatype": "FP32", "shape": [2],
-         "contents": {"fp32_contents": [1.5, -2.0]}}]})
+    return Grpc(
+        "ModelInfer",
+        {
+            "model_name": name,
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "FP32",
+                    "shape": [2],
+                    "contents": {"fp32_contents": [1.5, -2.0]},
+                }
+            ],
+        },
+    )
 
 
 _CPU_HOST_CASES = [
-    Case("index", [Http("POST", "/v2/repository/index", json={}),
-                   Grpc("RepositoryIndex")]),
-    Case("ready", [Http("GET", "/v2/health/ready"), Http("GET", "/v2/models/gpu/ready"),
-                   Http("GET", "/v2/models/auto/ready")]),
-    Case("kind_auto_config", [Http("GET", "/v2/models/auto/config"),
-                              Http("GET", "/v2/models/default_group/config")]),
-    Case("infer_refused_then_served", [
-        _infer("gpu"), _grpc_infer("gpu_listed"), _infer("auto"), _grpc_infer("default_group"),
-        _infer("cpu")]),
+    Case("index", [Http("POST", "/v2/repository/index", json={}), Grpc("RepositoryIndex")]),
+    Case(
+        "ready",
+        [
+            Http("GET", "/v2/health/ready"),
+            Http("GET", "/v2/models/gpu/ready"),
+            Http("GET", "/v2/models/auto/ready"),
+        ],
+    ),
+    Case(
+        "kind_auto_config",
+        [Http("GET", "/v2/models/auto/config"), Http("GET", "/v2/models/default_group/config")],
+    ),
+    Case(
+        "infer_refused_then_served",
+        [
+            _infer("gpu"),
+            _grpc_infer("gpu_listed"),
+            _infer("auto"),
+            _grpc_infer("default_group"),
+            _infer("cpu"),
+        ],
+    ),
 ]
 
 
 def _flags(name: str, *flags: str) -> Suite:
-    return Suite(f"devices_{name}", AREA, [_model("cpu", "instance_group [ { kind: KIND_CPU } ]")],
-                 list(flags), startup=True)
+    return Suite(
+        f"devices_{name}",
+        AREA,
+        [_model("cpu", "instance_group [ { kind: KIND_CPU } ]")],
+        list(flags),
+        startup=True,
+    )
 
 
 SUITES = [
-    Suite("devices_cpu_host", AREA, _MODELS, ["--exit-on-error=false"], _CPU_HOST_CASES,
-          wait_ready=False),
+    Suite(
+        "devices_cpu_host",
+        AREA,
+        _MODELS,
+        ["--exit-on-error=false"],
+        _CPU_HOST_CASES,
+        wait_ready=False,
+    ),
     # a load limit refused as tritonserver builds its options
     _flags("gpu_limit_over_one", "--model-load-gpu-limit=0:1.5"),
     _flags("gpu_limit_negative", "--model-load-gpu-limit=0:-0.5"),
