@@ -316,7 +316,7 @@ class ModelStats:
         input_ns = first.compute_input_end_ns - first.compute_start_ns
         infer_ns = first.compute_output_start_ns - first.compute_input_end_ns
         output_ns = first.compute_end_ns - first.compute_output_start_ns
-        batch_size = 0
+        batch_size = executed_rows = 0
         window = self._window
         traced = False
         # The batch's successes are summed here and added once: no call per request.
@@ -330,6 +330,7 @@ class ModelStats:
             for request in requests:
                 if request.trace is not None:
                     traced = True
+                executed_rows += request.batch_size or 1
                 sender = request.sender
                 if sender is not None and sender.failed:
                     self._fail.add(now_ns - request.request_start_ns)
@@ -350,8 +351,10 @@ class ModelStats:
                 self._compute_infer.add(infer_ns * succeeded, succeeded)
                 self._compute_output.add(output_ns * succeeded, succeeded)
             self._inference_count += batch_size
-            if batch_size:
-                self._add_batch(batch_size, input_ns, infer_ns, output_ns)
+            # batch_stats count the execution whatever its requests' outcomes, as Triton's
+            # Python backend reports it (a failed execute too; its onnxruntime backend
+            # skips a batch whose every response failed); inference_count only successes
+            self._add_batch(executed_rows, input_ns, infer_ns, output_ns)
         if traced:  # outside the lock: ending a trace may write it out
             for request in requests:
                 if request.trace is not None:

@@ -20,16 +20,23 @@ class TritonPythonModel:
 '''
 
 
-def _failing() -> object:
-    config = '''
-name: "failing"
+RAISING_PY = '''
+class TritonPythonModel:
+    def execute(self, requests):
+        raise ValueError("execute fails")
+'''
+
+
+def _failing(name: str = "failing", model_py: str = FAILING_PY) -> object:
+    config = f'''
+name: "{name}"
 backend: "python"
 max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 '''
-    return python_model("failing", config, FAILING_PY)
+    return python_model(name, config, model_py)
 
 
 def stats(path: str = "") -> Http:
@@ -58,6 +65,9 @@ _BAD_SHAPE = Grpc("ModelInfer", {"model_name": "simple", "inputs": [
     {"name": "INPUT0", "datatype": "INT32", "shape": ["1", "15"]},
     {"name": "INPUT1", "datatype": "INT32", "shape": ["1", "15"]}]}, raw=[_RAW15, _RAW15])
 _INFER_FAILING = Grpc("ModelInfer", {"model_name": "failing", "inputs": [
+    {"name": "INPUT0", "datatype": "FP32", "shape": ["2"]}]},
+    raw=[raw_tensor(np.array([1.0, 2.0], dtype=np.float32))])
+_INFER_RAISING = Grpc("ModelInfer", {"model_name": "raising", "inputs": [
     {"name": "INPUT0", "datatype": "FP32", "shape": ["2"]}]},
     raw=[raw_tensor(np.array([1.0, 2.0], dtype=np.float32))])
 
@@ -93,6 +103,8 @@ _CASES = [
     Case("after_model_error", [_INFER_FAILING, _INFER_FAILING, stats("failing")],
          note="the model answers each request with an error"),
     Case("grpc_after_model_error", [grpc_stats("failing")]),
+    Case("after_execute_raises", [_INFER_RAISING, _INFER_RAISING, stats("raising")],
+         note="execute raises: each request fails, yet the executions count in batch_stats"),
     Case("ensemble", [grpc_infer_ens(), stats("ens"), stats("ens_a"), stats("ens_b")]),
     Case("all_after_inferences", [stats()]),
     Case("after_unload", [unload("simple"), INDEX, stats("simple"), stats("simple/versions/1"),
@@ -107,8 +119,8 @@ SUITES = [
     Suite("statistics", "statistics",
           [add_sub(), add_sub("idle"), add_sub("multi_all", versions=(1, 2, 3),
                                               extra="version_policy: { all { } }"),
-           _failing(), ensemble(), identity("ens_a"), identity("ens_b")],
+           _failing(), _failing("raising", RAISING_PY), ensemble(), identity("ens_a"), identity("ens_b")],
           ["--model-control-mode=explicit", "--load-model=simple", "--load-model=multi_all",
-           "--load-model=failing", "--load-model=ens"],
+           "--load-model=failing", "--load-model=raising", "--load-model=ens"],
           _CASES),
 ]
