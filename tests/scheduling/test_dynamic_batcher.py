@@ -95,15 +95,68 @@ def test_preferred_size_sends_before_the_delay():
     assert _ids(batcher.next_payload()) == ["a", "b", "c", "d"]
 
 
-def test_at_the_delay_the_largest_preferred_prefix_goes():
+def test_a_smaller_preferred_size_goes_before_the_delay():
     batcher, clock, _ = _batcher(
-        "dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 50 }")
+        "dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 1000 }")
     for name in "abc":
         batcher.enqueue(_request(name)[0])
+    thread, got = _next_in_thread(batcher)
+    thread.join(5)
+    assert _ids(got[0]) == ["a", "b"]  # Triton: the best preferred prefix, at once
+    thread, got = _next_in_thread(batcher)
+    clock.wait_for_sleepers(1)  # "c" alone is no preferred size: it waits its delay
+    assert got == []
+    clock.advance(us=1000)
+    thread.join(5)
+    assert _ids(got[0]) == ["c"]
+
+
+def test_a_waiter_wakes_when_a_request_makes_a_preferred_size():
+    batcher, clock, _ = _batcher(
+        "dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 1000 }")
+    batcher.enqueue(_request("a")[0])
+    thread, got = _next_in_thread(batcher)
+    clock.wait_for_sleepers(1)
+    batcher.enqueue(_request("b")[0])  # 2 is preferred: no waiting for the delay
+    thread.join(5)
+    assert _ids(got[0]) == ["a", "b"]
+
+
+def test_the_prefix_before_passing_the_largest_preferred_size_goes_at_once():
+    batcher, clock, _ = _batcher(
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 1000 }")
+    batcher.enqueue(_request("a", batch=3)[0])
+    batcher.enqueue(_request("b", batch=3)[0])
+    thread, got = _next_in_thread(batcher)
+    thread.join(5)
+    assert _ids(got[0]) == ["a"]
+
+
+def test_at_the_delay_everything_that_fits_goes():
+    batcher, clock, _ = _batcher(
+        "dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 50 }")
+    for name, size in zip("abcd", (1, 1, 1, 6), strict=True):
+        batcher.enqueue(_request(name, batch=size)[0])
     clock.advance(us=50)
-    assert _ids(batcher.next_payload()) == ["a", "b"]
-    clock.advance(us=50)
-    assert _ids(batcher.next_payload()) == ["c"]
+    # the preferred prefix a, b is not what goes once the delay passed: all that fits
+    assert _ids(batcher.next_payload()) == ["a", "b", "c"]
+    assert _ids(batcher.next_payload()) == ["d"]
+
+
+def test_the_delay_counts_from_the_oldest_request():
+    batcher, clock, _ = _batcher(
+        "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 100 }")
+    batcher.enqueue(_request("a")[0])
+    clock.advance(us=60)
+    batcher.enqueue(_request("b")[0])
+    thread, got = _next_in_thread(batcher)
+    clock.wait_for_sleepers(1)
+    clock.advance(us=39)
+    clock.wait_for_sleepers(1)
+    assert got == []
+    clock.advance(us=1)
+    thread.join(5)
+    assert _ids(got[0]) == ["a", "b"]
 
 
 def test_shape_incompatible_requests_are_not_batched_together():

@@ -14,21 +14,21 @@ in one critical section, so no instance thread can look at the queue and go to s
 between. A thread that is busy forms its next batch before it waits again, so it sees the
 request without a signal; a caller that runs its batch inline signals nobody. With a queue
 delay, a thread waiting for a batch's deadline records what it waits for (``_armed``: the
-batch's size and shape key, and when it wakes); a request that joins that batch without
-making it ready (same shape key, still below the largest preferred size) and without an
-earlier queue timeout needs no signal: the waiter takes it at its deadline. Any other
-request signals. ``_armed`` is cleared when its thread wakes and when any batch leaves
-the queue; a cancel meanwhile only makes the recorded size an overestimate, which errs
-towards waking.
+batch's size and shape key, and when it wakes); a request that joins that batch at the
+end of the scheduling order without making it ready (same shape key, its new size neither
+a preferred size nor the largest one) and without an earlier queue timeout needs no
+signal: the waiter takes it at its deadline. Any other request signals. ``_armed`` is
+cleared when its thread wakes, when any batch leaves the queue and when a queued request
+is cancelled, so the next request signals.
 
-When a batch leaves (Triton's rules): the queued requests are taken in priority order
-while they are shape-compatible with the first (unless the input allows ragged batches)
-and their batch sizes fit ``max_batch_size``. The batch goes at once if it reached the
-largest preferred size (by default ``max_batch_size``) or cannot grow (the next request
-does not fit); otherwise it waits for more requests until the oldest has waited
-``max_queue_delay_microseconds``, and then goes with the largest prefix whose size is a
-preferred size, or whole. Timed-out requests are rejected or delayed by their level's
-policy. With ``preserve_ordering``, responses are released in arrival order.
+When a batch leaves (Triton's GetDynamicBatch, see ``_form``): the queued requests are
+scanned in scheduling order while they are shape-compatible with the first (unless the
+input allows ragged batches) and their batch sizes fit ``max_batch_size``. The longest
+prefix of a preferred size (by default ``max_batch_size``) goes at once; a batch of no
+preferred size goes at once only when it cannot grow, else it waits until the oldest
+request has waited ``max_queue_delay_microseconds``, and then everything scanned goes.
+Timed-out requests are rejected or delayed by their level's policy. With
+``preserve_ordering``, responses are released in arrival order.
 
 Payloads driven by an event loop (dispatch.py's loop-driven chain, for a model whose one
 instance can run payloads from a loop): a payload taken with ``chain=c`` starts chain
@@ -80,6 +80,7 @@ class DynamicBatcher:
         preferred = sorted({int(s) for s in batching.preferred_batch_size}) if batching else []
         self._preferred = [s for s in preferred if s <= self._max_batch_size] or [
             self._max_batch_size]
+        self._preferred_set = frozenset(self._preferred)
         self._delay_ns = int(batching.max_queue_delay_microseconds) * 1_000 if batching else 0
         self.callers_run = not self._delay_ns  # a delayed batch waits for company
         self._preserve_ordering = bool(batching.preserve_ordering) if batching else False
@@ -221,6 +222,8 @@ class DynamicBatcher:
     def _cancel(self, request: InferRequest) -> None:
         with self._cond:
             removed = self._queue.remove(request)
+            if removed:
+                self._armed = None  # its size is in the waiter's record: recount
         if removed:
             self._fail([request], CancelledError("Request was cancelled"))
 
@@ -262,7 +265,17 @@ class DynamicBatcher:
     def _form(
         self, now: int, must_hold: InferRequest | None = None
     ) -> tuple[list[InferRequest], list[InferRequest], int | None]:
-        """(batch to run now, requests that timed out, when to look again). Holds _cond."""
+        """(batch to run now, requests that timed out, when to look again). Holds _cond.
+
+        Triton's GetDynamicBatch: the queue is scanned in scheduling order while the
+        requests share the first one's shape key and their sizes fit max_batch_size;
+        ``best`` marks the longest prefix whose size is a preferred size or, once the
+        next request would pass the largest preferred size, the prefix before it. Before
+        the oldest request's delay passes the best prefix goes at once; without one the
+        batch goes at once only if it cannot grow (the next request does not fit or
+        differs in shape, or the largest preferred size is reached), else it waits. Once
+        the delay passed (or without one) everything scanned goes.
+        """
         expired = self._queue.expire(now)
         if expired:
             return [], expired, None
@@ -271,30 +284,37 @@ class DynamicBatcher:
         batch: list[InferRequest] = []
         size = 0
         key = None
-        full = False
+        best = 0  # requests in the best prefix (0: none found)
+        send_now = False
+        largest = self._preferred[-1]
         for request in self._queue:
             if not self._batching and batch:
-                full = True
+                send_now = True
                 break
             request_size = request.batch_size or 1
-            request_key = request.batch_key
-            if batch and (size + request_size > self._max_batch_size or request_key != key):
-                full = True
-                break
+            if batch:
+                if not best and size + request_size > largest:
+                    best = len(batch)
+                if size + request_size > self._max_batch_size or request.batch_key != key:
+                    send_now = True
+                    break
             batch.append(request)
             size += request_size
-            key = request_key
-            if size >= self._preferred[-1]:
-                full = True
-                break
-        deadline = batch[0].queue_start_ns + self._delay_ns
-        if not full and now < deadline and self._batching and not self._stopped:
+            key = request.batch_key
+            if size in self._preferred_set:
+                best = len(batch)
+        oldest = min(r.queue_start_ns for r in batch)
+        exceeded = bool(self._delay_ns) and now - oldest >= self._delay_ns
+        if best and not exceeded:
+            batch = batch[:best]
+        elif (not send_now and size < largest and not exceeded and self._delay_ns
+              and self._batching and not self._stopped):
             if must_hold is not None:
                 return [], [], None
             timeout = self._queue.next_deadline()
             self._pending = (size, key)
-            return [], [], deadline if timeout is None else min(deadline, timeout)
-        batch = self._preferred_prefix(batch)
+            wake_at = oldest + self._delay_ns
+            return [], [], wake_at if timeout is None else min(wake_at, timeout)
         if must_hold is not None and not any(r is must_hold for r in batch):
             return [], [], None
         self._queue.take(batch)
@@ -310,24 +330,11 @@ class DynamicBatcher:
         size, key, wake_at = armed
         size += request.batch_size or 1
         if (request.batch_key != key or size >= self._preferred[-1]
-                or (expires_ns and expires_ns < wake_at)):
+                or size in self._preferred_set or (expires_ns and expires_ns < wake_at)
+                or not self._queue.is_last(request)):
             return False
         self._armed = (size, key, wake_at)
         return True
-
-    def _preferred_prefix(self, batch: list[InferRequest]) -> list[InferRequest]:
-        """The longest prefix whose batch size is a preferred size, else the whole batch."""
-        if len(self._preferred) == 1 and self._preferred[0] == self._max_batch_size:
-            return batch
-        sizes = []
-        total = 0
-        for request in batch:
-            total += request.batch_size or 1
-            sizes.append(total)
-        for cut in range(len(batch), 0, -1):
-            if sizes[cut - 1] in self._preferred:
-                return batch[:cut]
-        return batch
 
     def _shape_key(self, request: InferRequest) -> tuple[tuple[str, tuple[int, ...]], ...]:
         if self._fixed_key is not None:

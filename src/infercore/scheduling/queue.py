@@ -148,6 +148,14 @@ class PriorityQueue:
         deadlines = [d for level in self._levels.values() for _, d in level.pending if d]
         return min(deadlines) if deadlines else None
 
+    def is_last(self, request: InferRequest) -> bool:
+        """Whether ``request`` is the last one in scheduling order."""
+        key = self.level_of(request)
+        level = self._levels[key]
+        if level.delayed or not level.pending or level.pending[-1][0] is not request:
+            return False
+        return not any(self._levels[later] for later in self._order if later > key)
+
     def __iter__(self) -> Iterator[InferRequest]:
         """Requests in scheduling order: levels by priority, pending before delayed."""
         for key in self._order:
