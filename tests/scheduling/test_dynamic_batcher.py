@@ -330,3 +330,18 @@ def test_two_waiting_instances_each_get_a_batch():
     t2.join(5)
     batches = sorted(_ids(got1[0]) + _ids(got2[0]))
     assert batches == ["a", "b", "c", "d"]
+
+
+def test_delayed_requests_stay_ahead_of_less_urgent_levels():
+    # Triton keeps a delayed queue per priority level (PolicyQueue::At): a delayed request
+    # goes behind its own level's fresh requests only
+    batcher, clock, _ = _batcher(
+        "dynamic_batching { preferred_batch_size: [ 1 ] priority_levels: 2 "
+        "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 10 } }")
+    batcher.enqueue(_request("late2", priority=2)[0])
+    batcher.enqueue(_request("late1", priority=1)[0])
+    clock.advance(us=11)
+    batcher.enqueue(_request("fresh2", priority=2)[0])
+    batcher.enqueue(_request("fresh1", priority=1)[0])
+    order = [_ids(batcher.next_payload())[0] for _ in range(4)]
+    assert order == ["fresh1", "late1", "fresh2", "late2"]

@@ -3,9 +3,10 @@
 Levels are numbered from 1 (most urgent). Each level has a policy: ``max_queue_size`` (0:
 unbounded; a full level rejects with "Exceeds maximum queue size"), a default timeout and
 whether a request's own timeout may shorten it, and what happens at the timeout: REJECT
-(answered "Request timeout expired", never executed) or DELAY (moved behind every
-non-delayed request). A request's priority 0, or one beyond the levels, means the default
-level, as in Triton.
+(answered "Request timeout expired", never executed) or DELAY (moved behind the
+non-delayed requests of its own level, still ahead of every less urgent level, as
+Triton's PolicyQueue keeps a delayed queue per level). A request's priority 0, or one
+beyond the levels, means the default level, as in Triton.
 
 Not thread-safe: the owning scheduler calls it under its own lock.
 """
@@ -157,12 +158,13 @@ class PriorityQueue:
         return not any(self._levels[later] for later in self._order if later > key)
 
     def __iter__(self) -> Iterator[InferRequest]:
-        """Requests in scheduling order: levels by priority, pending before delayed."""
+        """Requests in scheduling order: levels by priority, each level's pending requests
+        before its delayed ones (Triton's PolicyQueue::At)."""
         for key in self._order:
-            for request, _ in self._levels[key].pending:
+            level = self._levels[key]
+            for request, _ in level.pending:
                 yield request
-        for key in self._order:
-            yield from self._levels[key].delayed
+            yield from level.delayed
 
     def take(self, requests: list[InferRequest]) -> None:
         """Remove ``requests``, which must be the first ones in scheduling order."""
@@ -170,15 +172,15 @@ class PriorityQueue:
         for request in requests:
             for level in levels:
                 if level.pending:
-                    if level.pending[0][0] is request:
-                        level.pending.popleft()
-                        break
-                    raise RuntimeError("requests must be taken in scheduling order")
+                    if level.pending[0][0] is not request:
+                        raise RuntimeError("requests must be taken in scheduling order")
+                    level.pending.popleft()
+                    break
+                if level.delayed:
+                    if level.delayed[0] is not request:
+                        raise RuntimeError("requests must be taken in scheduling order")
+                    level.delayed.popleft()
+                    break
             else:
-                for level in levels:
-                    if level.delayed:
-                        if level.delayed[0] is not request:
-                            raise RuntimeError("requests must be taken in scheduling order")
-                        level.delayed.popleft()
-                        break
+                raise RuntimeError("requests must be taken in scheduling order")
             self._size -= 1
