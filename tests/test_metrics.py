@@ -112,7 +112,11 @@ def test_exposition_uses_tritons_family_names_and_types(add_sub_repo):
 
 
 def test_failures_count_by_tritons_reasons(repo, gate):
-    repo.add_model("gate", config=GATE_CONFIG, model_py=GATE_PY)
+    # a queue policy with a default timeout, which a request's own timeout shortens (the
+    # only queue timeouts Triton has)
+    policy = ("dynamic_batching { default_queue_policy { default_timeout_microseconds: "
+              "60000000 allow_timeout_override: true } }\n")
+    repo.add_model("gate", config=GATE_CONFIG + policy, model_py=GATE_PY)
     with Server(model_repository=repo.path) as server:
         model = server.model("gate")
         with pytest.raises(InvalidArgumentError):  # wrong shape: refused before the model,

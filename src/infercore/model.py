@@ -513,8 +513,7 @@ class LoadedModel:
         """A request the scheduler failed without executing it."""
         if request.cancelled:
             reason = CANCELED
-        elif request.timeout_us and request.queue_start_ns and (
-                self._clock() - request.queue_start_ns >= request.timeout_us * 1_000):
+        elif request.timed_out:
             reason = REJECTED  # "Request timeout expired" in the queue
         else:
             reason = OTHER  # e.g. unloaded before it could run, a sequence error

@@ -54,6 +54,7 @@ class InferRequest:
         "cancelled",
         "_cancel_hooks",
         "batch_key",
+        "timed_out",
         "runs_on_loop",
         "single_response",
         "rescheduler",
@@ -104,6 +105,9 @@ class InferRequest:
         self._cancel_hooks: list[Callable[[], Any]] | None = None
         # Set by the dynamic batcher at enqueue: which requests may share a batch.
         self.batch_key: Any = None
+        # Set by a scheduler that answers it "Request timeout expired" (its queue policy's
+        # timeout passed): statistics count it REJECTED.
+        self.timed_out = False
         # Set by a scheduler that runs the request from the calling event loop (a
         # process-isolated instance driven from there): no other thread of this process
         # works on it (the HTTP frontend's busy polling relies on this).

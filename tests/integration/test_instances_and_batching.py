@@ -135,7 +135,9 @@ def test_without_dynamic_batching_each_request_runs_alone(repo, shared):
 
 
 def test_queued_request_past_its_timeout_is_rejected_unexecuted(repo, shared):
-    repo.add_model("obs", model_py=OBSERVER_PY, config=_config("obs"))
+    policy = ("dynamic_batching { default_queue_policy { default_timeout_microseconds: "
+              "60000000 allow_timeout_override: true } }")
+    repo.add_model("obs", model_py=OBSERVER_PY, config=_config("obs", policy))
     with Server(model_repository=repo.path) as server:
         model = server.model("obs")
         first = model.infer(inputs=X)
@@ -146,6 +148,22 @@ def test_queued_request_past_its_timeout_is_rejected_unexecuted(repo, shared):
         with pytest.raises(UnavailableError, match="Request timeout expired"):
             late.result(timeout=10)
         assert model.statistics()[0].execution_count == 1
+
+
+@pytest.mark.parametrize("extra", ["", "dynamic_batching { default_queue_policy { "
+                                       "allow_timeout_override: true } }"])
+def test_a_request_timeout_alone_never_expires_in_the_queue(repo, shared, extra):
+    # Triton 2.51 (benchmarks/qa_schedulers.py): without dynamic batching the request's
+    # timeout is never looked at, and with it the timeout only shortens a default one
+    repo.add_model("obs", model_py=OBSERVER_PY, config=_config("obs", extra))
+    with Server(model_repository=repo.path) as server:
+        model = server.model("obs")
+        first = model.infer(inputs=X)
+        assert shared.started.wait(10)
+        late = model.infer(inputs=X, timeout=1)
+        shared.go.set()
+        first.result(timeout=10)
+        assert late.result(timeout=10).outputs["BATCH"].to_numpy().tolist() == [1]
 
 
 def test_rate_limiter_keeps_two_models_from_running_together(repo, shared):

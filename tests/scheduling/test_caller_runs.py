@@ -379,7 +379,8 @@ def test_a_request_of_another_shape_sends_the_waiting_batch_at_once():
 
 def test_a_request_with_an_earlier_timeout_wakes_the_waiting_thread():
     batcher, clock, backend, thread, first_stream = _waiting_for_company(
-        "default_queue_policy { allow_timeout_override: true }")
+        "default_queue_policy { default_timeout_microseconds: 1000000 "
+        "allow_timeout_override: true }")
     hurried, hurried_stream = _request("hurried", timeout_us=30)
     batcher.enqueue(hurried)
     assert batcher.statistics().wakeups == 2  # the thread must wake for the timeout

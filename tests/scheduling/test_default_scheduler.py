@@ -273,3 +273,18 @@ def test_several_instance_threads_take_every_request_exactly_once():
         order = [position[id(r)] for r in per_instance]
         assert order == sorted(order)
     assert failed == []
+
+
+def test_a_request_timeout_is_not_a_queue_timeout_without_dynamic_batching():
+    # Triton 2.51 hands such a request to its rate limiter, which never looks at its
+    # timeout (benchmarks/qa_schedulers.py default_scheduler_timeout): it runs
+    now = [1_000]
+    failed: list[InferRequest] = []
+    scheduler = DefaultScheduler("m", 1, lambda: now[0], failed.append)
+    request = InferRequest("m", {}, id="late", timeout_us=1)
+    stream = ResponseStream(request, raise_on_error=False)
+    request.sender = ResponseSender(request, stream, "m", 1)
+    scheduler.enqueue(request)
+    now[0] += 1_000_000  # a millisecond queued: far past its 1 us timeout
+    assert scheduler.next_payload().requests == [request]
+    assert failed == []

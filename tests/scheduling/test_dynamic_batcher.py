@@ -332,6 +332,27 @@ def test_two_waiting_instances_each_get_a_batch():
     assert batches == ["a", "b", "c", "d"]
 
 
+def test_a_request_timeout_does_not_apply_without_a_default_one():
+    # Triton's PolicyQueue::Enqueue: the request's own timeout only shortens the default
+    batcher, clock, failed = _batcher(
+        "dynamic_batching { default_queue_policy { allow_timeout_override: true } }")
+    batcher.enqueue(_request("a", timeout_us=5)[0])
+    clock.advance(us=50)
+    assert _ids(batcher.next_payload()) == ["a"] and not failed
+
+
+def test_a_rejected_request_is_marked_timed_out():
+    batcher, clock, failed = _batcher(
+        "dynamic_batching { default_queue_policy { default_timeout_microseconds: 10 } }")
+    request, stream = _request("a")
+    batcher.enqueue(request)
+    clock.advance(us=11)
+    batcher.enqueue(_request("b")[0])
+    assert _ids(batcher.next_payload()) == ["b"]
+    assert failed == [request] and request.timed_out
+    assert str(stream.result(timeout=5).error) == "Request timeout expired"
+
+
 def test_delayed_requests_stay_ahead_of_less_urgent_levels():
     # Triton keeps a delayed queue per priority level (PolicyQueue::At): a delayed request
     # goes behind its own level's fresh requests only

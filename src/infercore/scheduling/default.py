@@ -20,9 +20,10 @@ backend thread then finds it claimed. There is no chaining: every queued request
 thread, which is coming for it, so a loop-driven payload is one payload (``poll`` None);
 a payload handed back (its chain could not start it) is put for a thread as it is.
 
-Timeouts: without a dynamic batcher there is one queue and no timer; a request whose
-timeout passed while queued is answered "Request timeout expired" when it is dequeued,
-and is never executed. (Models with dynamic_batching get timely rejections.)
+Timeouts: none. Without dynamic_batching Triton hands each request straight to its rate
+limiter, where a request's own timeout is never looked at: it runs however long it
+waited (Triton 2.51, benchmarks/qa_schedulers.py ``default_scheduler_timeout``). Queue
+timeouts are the dynamic batcher's queue policies.
 """
 
 from __future__ import annotations
@@ -104,23 +105,12 @@ class DefaultScheduler:
                 return request  # handed back
             if claim(id(request), None) is None:
                 continue  # run inline by its caller, or cancelled, already answered
-            if request.timeout_us and self._timed_out(request):
-                continue
             return Payload([request], self._clock)
 
-    def _timed_out(self, request: InferRequest) -> bool:
-        if self._clock() - request.queue_start_ns < request.timeout_us * 1_000:
-            return False
-        self._fail(request, UnavailableError("Request timeout expired"))
-        return True
-
     def take(self, request: InferRequest) -> Payload | None:
-        """The queued ``request``'s payload for the reader, if it is still queued (and
-        not timed out: then it is answered so, and None)."""
+        """The queued ``request``'s payload for the reader, if it is still queued."""
         if self._queued.pop(id(request), None) is None:
             return None  # taken meanwhile by a backend thread or a cancel
-        if request.timeout_us and self._timed_out(request):
-            return None
         self._ran_inline += 1
         return Payload([request], self._clock)
 

@@ -383,6 +383,8 @@ class DynamicBatcher:
 
     # -- answers -----------------------------------------------------------------------------
     def _reject(self, requests: list[InferRequest]) -> None:
+        for request in requests:
+            request.timed_out = True
         self._fail(requests, UnavailableError("Request timeout expired"))
 
     def _fail(self, requests: list[InferRequest], error: TritonError) -> None:

@@ -5,8 +5,9 @@ unbounded; a full level rejects with "Exceeds maximum queue size"), a default ti
 whether a request's own timeout may shorten it, and what happens at the timeout: REJECT
 (answered "Request timeout expired", never executed) or DELAY (moved behind the
 non-delayed requests of its own level, still ahead of every less urgent level, as
-Triton's PolicyQueue keeps a delayed queue per level). A request's priority 0, or one
-beyond the levels, means the default level, as in Triton.
+Triton's PolicyQueue keeps a delayed queue per level). A request's own timeout only
+shortens its level's default one (none without a default). A request's priority 0, or
+one beyond the levels, means the default level, as in Triton.
 
 Not thread-safe: the owning scheduler calls it under its own lock.
 """
@@ -44,10 +45,12 @@ class QueuePolicy:
         )
 
     def timeout_us(self, request: InferRequest) -> int:
-        """The queue timeout of ``request`` under this policy (0: none)."""
+        """The queue timeout of ``request`` under this policy (0: none). As Triton's
+        PolicyQueue::Enqueue: a request's own timeout only shortens the default one; with
+        no default, it has none."""
         timeout = self.default_timeout_us
         own = request.timeout_us
-        if self.allow_timeout_override and own > 0 and (timeout == 0 or own < timeout):
+        if self.allow_timeout_override and 0 < own < timeout:
             timeout = own
         return timeout
 

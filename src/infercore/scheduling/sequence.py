@@ -348,6 +348,8 @@ class SequenceBatcher(NoCallerRuns):
                 if expired:
                     self._lock.release()
                     try:
+                        for request in expired:
+                            request.timed_out = True
                         self._fail(expired, UnavailableError(
                             "timeout of the corresponding sequence has been expired"))
                     finally:
