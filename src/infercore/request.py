@@ -55,6 +55,7 @@ class InferRequest:
         "_cancel_hooks",
         "batch_key",
         "timed_out",
+        "padding",
         "runs_on_loop",
         "single_response",
         "rescheduler",
@@ -108,6 +109,10 @@ class InferRequest:
         # Set by a scheduler that answers it "Request timeout expired" (its queue policy's
         # timeout passed): statistics count it REJECTED.
         self.timed_out = False
+        # A null request the sequence batcher's direct strategy fills an empty slot with
+        # (READY false): executed with its batch, answered to nobody, counted only in the
+        # batch's size, as Triton counts its null requests.
+        self.padding = False
         # Set by a scheduler that runs the request from the calling event loop (a
         # process-isolated instance driven from there): no other thread of this process
         # works on it (the HTTP frontend's busy polling relies on this).

@@ -328,6 +328,9 @@ class ModelStats:
                     self._instance_executions.get(instance, 0) + 1)
             self._last_inference_ms = time.time_ns() // 1_000_000
             for request in requests:
+                if request.padding:  # in the batch's size only (Triton's null requests)
+                    executed_rows += request.batch_size or 1
+                    continue
                 if request.trace is not None:
                     traced = True
                 executed_rows += request.batch_size or 1

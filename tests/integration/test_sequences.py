@@ -36,6 +36,13 @@ class TritonPythonModel:
         for request in requests:
             def get(name):
                 return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+            if get("READY").reshape(-1)[0] != 1 and request.correlation_id() in (0, ""):
+                # a null request padding an empty slot (direct strategy): no sequence
+                shape = get("INPUT").shape
+                responses.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("OUTPUT", np.zeros(shape, np.int32)),
+                    pb_utils.Tensor("INSTANCE", np.full(shape, b"", np.object_))]))
+                continue
             corrid = get("CORRID").reshape(-1)[0]
             expected = request.correlation_id()
             if corrid != (expected.encode() if isinstance(expected, str) else expected):

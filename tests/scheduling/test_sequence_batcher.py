@@ -20,6 +20,7 @@ from infercore.errors import CancelledError, InvalidArgumentError, UnavailableEr
 from infercore.request import InferRequest
 from infercore.response import ResponseSender, ResponseStream
 from infercore.scheduling.sequence import SequenceBatcher
+from infercore.stats import ModelStats
 from infercore.tensor import DataType, Tensor, serialize_bytes_tensor
 from infercore.testing import ManualClock
 
@@ -117,6 +118,61 @@ def test_direct_batch_holds_one_request_per_slot_in_slot_order():
         _enqueue(batcher, cid, name, batched=True, **flags)
     assert _ids(batcher.next_payload()) == ["a1", "b1"]
     assert _ids(batcher.next_payload()) == ["a2", "b2"]
+
+
+def _padding_config() -> str:
+    return ('direct { } control_input [ '
+            '{ name: "READY" control [ { kind: CONTROL_SEQUENCE_READY '
+            'int32_false_true: [ 0, 1 ] } ] }, '
+            '{ name: "START" control [ { kind: CONTROL_SEQUENCE_START '
+            'int32_false_true: [ 0, 1 ] } ] }, '
+            '{ name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID '
+            'data_type: TYPE_UINT64 } ] } ]')
+
+
+def test_direct_pads_the_empty_slots_below_the_highest_one():
+    # Triton's direct strategy: batch index = slot; empty slots below get null requests
+    # (conformance qa_sequence_direct_padding)
+    batcher, _, _ = _batcher(_padding_config(), max_batch_size=4)
+    for cid in (1, 2, 3):
+        _enqueue(batcher, cid, f"s{cid}", start=True, batched=True)
+    assert _ids(batcher.next_payload()) == ["s1", "s2", "s3"]
+    _enqueue(batcher, 3, "s3b", batched=True)
+    payload = batcher.next_payload()
+    assert _ids(payload) == ["", "", "s3b"] and payload.batch_size == 3
+    null, real = payload.requests[0], payload.requests[2]
+    assert null.padding and not real.padding
+    controls = {name: null.inputs[name].to_numpy().tolist()
+                for name in ("READY", "START", "CORRID")}
+    assert controls == {"READY": [[0]], "START": [[0]], "CORRID": [[0]]}
+    assert real.inputs["READY"].to_numpy().tolist() == [[1]]
+    assert null.inputs["X"].to_numpy().tolist() == [[0]]  # zeros of the real input's shape
+    for request in payload.requests:  # the backend answers every request it was given
+        request.sender.send({"Y": Tensor.from_numpy(np.zeros((1, 1), np.int32))}, final=True)
+    assert null.sender.closed
+
+
+def test_null_requests_count_in_the_batch_size_only():
+    batcher, _, _ = _batcher(_padding_config(), max_batch_size=4)
+    _enqueue(batcher, 1, "a", start=True, batched=True)
+    _enqueue(batcher, 2, "b", start=True, batched=True)
+    batcher.next_payload()
+    _enqueue(batcher, 2, "b2", batched=True)
+    payload = batcher.next_payload()
+    stats = ModelStats("m", 1)
+    for request in payload.requests:
+        request.compute_start_ns = request.compute_input_end_ns = 1
+        request.compute_output_start_ns = request.compute_end_ns = 2
+    stats.record_execution(payload.requests, 3)
+    snapshot = stats.snapshot()
+    assert (snapshot.inference_count, snapshot.execution_count) == (1, 1)
+    assert [b.batch_size for b in snapshot.batch_stats] == [2]
+
+
+def test_direct_does_not_pad_a_model_that_does_not_batch():
+    batcher, _, _ = _batcher("direct { }")
+    _enqueue(batcher, 1, "a", start=True)
+    assert _ids(batcher.next_payload()) == ["a"]
 
 
 def test_a_sequence_without_a_free_slot_waits_in_the_backlog():
@@ -373,7 +429,7 @@ def test_other_sequences_are_unaffected_by_an_idle_release():
     clock.advance(us=600)  # a: 1200 us idle, b: 600 us
     assert "must specify the START flag" in str(_refused(batcher, 1, "a2", batched=True))
     _enqueue(batcher, 2, "b2", batched=True, end=True)
-    assert _ids(batcher.next_payload()) == ["b2"]
+    assert _ids(batcher.next_payload()) == ["", "b2"]  # b keeps slot 1: slot 0 is padded
 
 
 def test_an_idle_deadline_wakes_the_lane_that_holds_the_sequence():

@@ -15,11 +15,11 @@ backlog's oldest sequence takes it.
 Batches, formed by the instance's own thread from the requests at the head of its slots:
 - ``direct``: at most one request per slot, in slot order, shape-compatible with the first.
   With ``max_queue_delay_microseconds`` and ``minimum_slot_utilization`` both set, a batch
-  waits until enough slots are ready or its oldest request has waited the delay. Triton
-  fills the slots that have no request with "null" requests (READY false) so that batch
-  index = slot; here no null requests are sent (they would run and be counted as
-  inferences): a model that keeps state per batch index must key it on CORRID instead, and
-  READY is always true.
+  waits until enough slots are ready or its oldest request has waited the delay. When the
+  model batches, the empty slots below the highest one in the batch get null requests
+  (``padding``: READY, START and END false, CORRID 0, inputs zeroed), so a request's batch
+  index is its slot, as Triton's; a null request is answered to nobody and counted only in
+  the batch's size (conformance qa_sequence_direct_padding).
 - ``oldest``: the heads of the oldest sequences (by arrival of their next request) form a
   batch as the dynamic batcher does: shape-compatible, up to the largest preferred size,
   waiting up to ``max_queue_delay_microseconds`` for a preferred size; it goes at once when
@@ -81,6 +81,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from ..clock import Clock
@@ -93,6 +94,7 @@ from ..errors import (
 )
 from ..payload import Payload
 from ..request import InferRequest
+from ..response import InferResponse, ResponseSender, ResponseStream
 from ..tensor import Tensor
 from .base import NoCallerRuns
 from .sequence_state import ImplicitState, SequenceControls
@@ -359,7 +361,7 @@ class SequenceBatcher(NoCallerRuns):
                 requests, wake_at = self._form(lane, now)
                 if requests:
                     if self._iterative:
-                        lane.ran = requests
+                        lane.ran = [r for r in requests if not r.padding]
                     return Payload(requests, self._clock.now_ns)
                 # (a backlogged sequence would have been seated in a free slot of this lane)
                 if self._stopped and not any(lane.slots):
@@ -395,7 +397,33 @@ class SequenceBatcher(NoCallerRuns):
                             else self._direct_batch(ready, now))
         if not chosen:
             return [], _earliest(wake_at, deadline)
-        return [self._take(sequence) for sequence in chosen], None
+        if self._oldest or not self._batching:
+            return [self._take(sequence) for sequence in chosen], None
+        slots = [lane.slots.index(sequence) for sequence in chosen]
+        taken = dict(zip(slots, (self._take(sequence) for sequence in chosen), strict=True))
+        first = taken[slots[0]]
+        return [taken.get(slot) or self._null_request(first) for slot in range(slots[-1] + 1)
+                ], None
+
+    def _null_request(self, template: InferRequest) -> InferRequest:
+        """A null request for an empty slot below a batch's highest one (the direct
+        strategy of a batching model, as Triton's): ``template``'s inputs zeroed (Triton
+        hands uninitialised memory), the controls of no sequence, answered to nobody."""
+        inputs = {}
+        for name, tensor in template.inputs.items():
+            array = tensor.to_numpy()
+            zeros = (np.full(array.shape, b"", np.object_) if array.dtype == np.object_
+                     else np.zeros(array.shape, array.dtype))
+            inputs[name] = Tensor(tensor.data_type, zeros)
+        request = InferRequest(template.model_name, inputs,
+                               model_version=template.model_version)
+        request.batch_size = template.batch_size
+        request.padding = True
+        self._controls.add_null_to(request)
+        stream = ResponseStream(request, raise_on_error=False, callback=_drop)
+        request.sender = ResponseSender(request, stream, self._model_name,
+                                        template.model_version)
+        return request
 
     def _direct_batch(self, ready: list[_Sequence], now: int
                       ) -> tuple[list[_Sequence], int | None]:
@@ -575,6 +603,10 @@ class SequenceBatcher(NoCallerRuns):
             if sender is not None and not sender.closed:
                 sender.send_error(error)
             self._on_failed(request)
+
+
+def _drop(response: InferResponse | None, final: bool) -> None:
+    """A null request's answers go nowhere."""
 
 
 def _earliest(*deadlines: int | None) -> int | None:

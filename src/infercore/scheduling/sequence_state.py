@@ -140,6 +140,18 @@ class SequenceControls:
             name, data_type = self._corrid
             inputs[name] = self._corrid_tensor(request.correlation_id, data_type)
 
+    def add_null_to(self, request: InferRequest) -> None:
+        """The control tensors of a null (padding) request, as Triton's direct strategy
+        sets them: START, END and READY false, CORRID 0 (empty for a string id)."""
+        inputs = request.inputs
+        for flag in (self._start, self._end, self._ready):
+            if flag is not None:
+                inputs[flag.name] = flag.false
+        if self._corrid is not None:
+            name, data_type = self._corrid
+            inputs[name] = self._corrid_tensor("" if data_type is DataType.BYTES else 0,
+                                               data_type)
+
     def _corrid_tensor(self, correlation_id: int | str, data_type: DataType) -> Tensor:
         if isinstance(correlation_id, str):
             array = np.empty(self._shape, dtype=np.object_)
