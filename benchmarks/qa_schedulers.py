@@ -28,6 +28,8 @@ Scenarios (what Triton 2.51 did, and what is checked):
 - model_queue_no_default_timeout: with no default timeout a request's own does not apply.
 - default_scheduler_timeout: without dynamic batching a request's timeout never expires.
 - sequence_direct_oldest: interleaved sequences answer their running sums (direct, oldest).
+- sequence_backlog_timeout: a sequence waiting in the backlog past its request's timeout
+  is seated and run once the slot is free (no timeout answer).
 - cancel_queued_{default,dynamic,sequence_direct,sequence_oldest}: a request queued behind
   a blocker is cancelled over gRPC: the client reads "Locally cancelled by application!";
   Triton runs it anyway without a batcher (counted a success) and otherwise counts it a
@@ -396,6 +398,36 @@ def cancel_queued_sequence_oldest(c: Client) -> tuple[bool, str]:
     return _cancel_queued(c, "seq_oldest", sequence=True, runs=False)
 
 
+def sequence_backlog_timeout(c: Client) -> tuple[bool, str]:
+    """Sequence 51 holds the one slot (1 s execution, then END); sequence 52 waits in the
+    backlog with a 100 ms timeout. Triton 2.51 seats and runs it once the slot is free."""
+    model = "seq_direct1"
+
+    def send(t0: float, corrid: int, value: int, timeout_us: int = 0) -> Answer:
+        client = httpclient.InferenceServerClient(c.url)
+        data = httpclient.InferInput("SEQ", [1, 1], "INT32")
+        data.set_data_from_numpy(np.array([[value]], np.int32))
+        sent = time.monotonic()
+        try:
+            client.infer(model, [data], sequence_id=corrid, sequence_start=True,
+                         sequence_end=True, timeout=timeout_us or None)
+            return Answer(sent - t0, time.monotonic() - sent)
+        except Exception as exc:
+            return Answer(sent - t0, time.monotonic() - sent, error=str(exc))
+        finally:
+            client.close()
+
+    before = c.counts(model)
+    answers = _concurrently([(0.0, lambda t0: send(t0, 51, 1000)),
+                             (0.2, lambda t0: send(t0, 52, 1, 100_000))])
+    time.sleep(0.3)
+    after = c.counts(model)
+    moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    late = answers[1]
+    return (late.error is None and moved.get("success") == 2,
+            f"{late.error!r} after {late.latency_s:.2f}s; counted {moved}")
+
+
 def sequence_direct_oldest(c: Client) -> tuple[bool, str]:
     seen = []
     ok = True
@@ -420,7 +452,8 @@ def sequence_direct_oldest(c: Client) -> tuple[bool, str]:
 SCENARIOS = [dyn_preferred_goes_at_once, dyn_non_preferred_waits_the_delay,
              dyn_many_instances_parallel, dyn_delayed_keep_priority_order,
              model_queue_timeout, model_queue_no_default_timeout, default_scheduler_timeout,
-             sequence_direct_oldest, cancel_queued_default, cancel_queued_dynamic,
+             sequence_direct_oldest, sequence_backlog_timeout, cancel_queued_default,
+             cancel_queued_dynamic,
              cancel_queued_sequence_direct, cancel_queued_sequence_oldest]
 
 
