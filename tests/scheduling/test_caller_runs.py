@@ -364,6 +364,32 @@ def test_a_request_that_makes_the_waiting_batch_ready_wakes_its_thread():
     _stop(batcher, thread)
 
 
+def test_a_request_that_makes_a_smaller_preferred_size_wakes_the_waiting_thread():
+    batcher, clock, backend, thread, first_stream = _waiting_for_company(
+        "preferred_batch_size: [ 2, 4 ]")
+    second, second_stream = _request("b")
+    batcher.enqueue(second)  # 2 is preferred (not the largest): the batch goes now
+    assert batcher.statistics().wakeups == 2
+    _answered_once(second_stream)
+    assert backend.runs == [("instance-thread", ["a", "b"])]
+    _stop(batcher, thread)
+
+
+def test_a_more_urgent_request_wakes_the_thread_waiting_for_a_deadline():
+    # it goes to the front of the batch, whose preferred prefixes the waiter must recount
+    batcher, clock, backend, thread, first_stream = _waiting_for_company(
+        "priority_levels: 2 default_priority_level: 2")
+    urgent, urgent_stream = _request("urgent", priority=1)
+    batcher.enqueue(urgent)
+    assert batcher.statistics().wakeups == 2
+    clock.wait_for_sleepers(1)
+    clock.advance(us=100)
+    _answered_once(urgent_stream)
+    _answered_once(first_stream)
+    assert backend.runs == [("instance-thread", ["urgent", "a"])]
+    _stop(batcher, thread)
+
+
 def test_a_request_of_another_shape_sends_the_waiting_batch_at_once():
     batcher, clock, backend, thread, first_stream = _waiting_for_company()
     other, other_stream = _request("wide", width=8)
