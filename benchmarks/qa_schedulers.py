@@ -17,6 +17,8 @@ Scenarios (what Triton 2.51 did, and what is checked):
 - dyn_preferred_goes_at_once: two requests make a preferred size: executed together well
   before the 1 s queue delay.
 - dyn_non_preferred_waits_the_delay: one request (no preferred size) waits the delay.
+- dyn_past_the_delay_everything_goes: requests queued behind a busy instance past their
+  delay go in one batch when it frees, not just the preferred prefix.
 - dyn_many_instances_parallel: 48 concurrent requests, 2 priority levels, DELAY queue
   policy, 4 instances whose execute takes 300 ms: every answer within 3 s.
 - dyn_delayed_keep_priority_order: requests whose queue timeout passed (DELAY) still run
@@ -161,6 +163,8 @@ sequence_batching {{
 MODELS = [
     _probe("dyn", "dynamic_batching { preferred_batch_size: [ 2, 4 ] "
                   "max_queue_delay_microseconds: 1000000 }"),
+    _probe("dyn_short", "dynamic_batching { preferred_batch_size: [ 2, 4 ] "
+                        "max_queue_delay_microseconds: 300000 }"),
     _probe("dyn_parallel", "dynamic_batching { max_queue_delay_microseconds: 100000 "
                            "priority_levels: 2 default_priority_level: 2 "
                            "default_queue_policy { timeout_action: DELAY "
@@ -264,6 +268,18 @@ def dyn_preferred_goes_at_once(c: Client) -> tuple[bool, str]:
 def dyn_non_preferred_waits_the_delay(c: Client) -> tuple[bool, str]:
     a = c.infer("dyn")
     return a.batch == 1 and 0.95 <= a.latency_s < 1.8, f"batch {a.batch} in {a.latency_s:.2f}s"
+
+
+def dyn_past_the_delay_everything_goes(c: Client) -> tuple[bool, str]:
+    # two blockers (a preferred batch of 2) hold the one instance for 1 s; three requests
+    # queue behind them and are 0.8 s old when it frees, past the 0.3 s delay: all three
+    # go in one batch, though 2 (a preferred size) would fit
+    m = "dyn_short"
+    calls = [(0.0, lambda t0: c.infer(m, 1000, t0=t0)), (0.0, lambda t0: c.infer(m, 1000, t0=t0))]
+    calls += [(0.2 + 0.02 * i, lambda t0: c.infer(m, 0, t0=t0)) for i in range(3)]
+    answers = _concurrently(calls)
+    sizes = [a.batch for a in answers]
+    return sizes == [2, 2, 3, 3, 3], f"batch sizes {sizes}"
 
 
 def dyn_many_instances_parallel(c: Client) -> tuple[bool, str]:
@@ -450,6 +466,7 @@ def sequence_direct_oldest(c: Client) -> tuple[bool, str]:
 
 
 SCENARIOS = [dyn_preferred_goes_at_once, dyn_non_preferred_waits_the_delay,
+             dyn_past_the_delay_everything_goes,
              dyn_many_instances_parallel, dyn_delayed_keep_priority_order,
              model_queue_timeout, model_queue_no_default_timeout, default_scheduler_timeout,
              sequence_direct_oldest, sequence_backlog_timeout, cancel_queued_default,
