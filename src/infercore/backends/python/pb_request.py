@@ -32,6 +32,7 @@ from ...request import NO_TRACE, InferRequest, ParameterValue, TraceHandle
 from ...response import InferResponse, ResponseSender, ResponseStream
 from .pb_args import as_int, as_list, as_str, refused
 from .pb_error import TritonError, TritonModelException
+from .pb_json import triton_json
 from .pb_tensor import Tensor, _from_core, _to_core
 
 if TYPE_CHECKING:
@@ -467,7 +468,11 @@ class InferenceRequest:
         return self._timeout
 
     def parameters(self) -> str:
-        """The request parameters as a JSON string (``json.loads`` it)."""
+        """The request parameters as a JSON string (``json.loads`` it): for a request the
+        model received, the text Triton's backend writes (TritonJson); for one the model
+        made, the stub's ``json.dumps`` of the dict it was given."""
+        if self._core is not None:
+            return triton_json(self._parameters)
         return json.dumps(self._parameters)
 
     def is_cancelled(self) -> bool:
