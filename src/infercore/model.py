@@ -42,6 +42,7 @@ from .backends.base import (
     InstanceInfo,
     MetricContributor,
     ModelContext,
+    ReadinessCheck,
     device_blocking,
 )
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
@@ -143,6 +144,7 @@ class LoadedModel:
         # its optional capabilities (backends/base.py), None when it has not them
         self._health: HealthReporting | None = None
         self._contributor: MetricContributor | None = None
+        self._readiness: ReadinessCheck | None = None
         self._instances: list[ModelInstance] = []
         self._scheduler: Scheduler | None = None
         self._dispatch = Dispatch(self.name)  # replaced at load
@@ -203,6 +205,7 @@ class LoadedModel:
         model = self._backend_model
         self._health = model if isinstance(model, HealthReporting) else None
         self._contributor = model if isinstance(model, MetricContributor) else None
+        self._readiness = model if isinstance(model, ReadinessCheck) else None
         caller_runs = _caller_runs_policy(self.config)
         try:
             for position, info in enumerate(infos):
@@ -336,7 +339,7 @@ class LoadedModel:
                 self._backend_model.finalize()
             except Exception:
                 logger.exception("finalize of model %s v%d failed", self.name, self.version)
-            self._backend_model = self._health = self._contributor = None
+            self._backend_model = self._health = self._contributor = self._readiness = None
 
     # -- requests ----------------------------------------------------------------------
     def infer(
@@ -549,6 +552,18 @@ class LoadedModel:
         version is then reported not ready until one is back."""
         health = self._health
         return True if health is None else health.serving
+
+    @property
+    def checks_readiness(self) -> bool:
+        """Whether ``check_ready`` would ask the model (a Python model's ``is_ready()``)."""
+        readiness = self._readiness
+        return readiness is not None and readiness.checks_readiness
+
+    def check_ready(self) -> bool:
+        """The model's own answer to a readiness request (True when it has none). Blocks,
+        as long as the backend's bound at most: never call it on an event loop."""
+        readiness = self._readiness
+        return True if readiness is None else readiness.check_ready()
 
     def metric_families(self) -> tuple[ModelMetricFamily, ...]:
         """Families this version adds to the metrics beside Triton's (metrics.py)."""

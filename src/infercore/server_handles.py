@@ -11,6 +11,7 @@ Threads: any caller's; the repository manager and the loaded models guard their 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -80,10 +81,21 @@ class HandleEngine:
             loaded = self._resolve(name, version)
         except TritonError:
             return False
-        return loaded.serving  # False while every instance is down (on Ray, docs/ray.md)
+        # not serving while every instance is down (on Ray, docs/ray.md); then the
+        # model's own answer (a Python model's is_ready(), bounded by its backend)
+        return loaded.serving and loaded.check_ready()
 
     async def _amodel_ready(self, name: str, version: int) -> bool:
-        return self._model_ready(name, version)
+        try:
+            loaded = self._resolve(name, version)
+        except TritonError:
+            return False
+        if not loaded.serving:
+            return False
+        if not loaded.checks_readiness:
+            return True
+        # the model's check blocks (as long as its backend's bound): off the caller's loop
+        return await asyncio.to_thread(loaded.check_ready)
 
     def _model_metadata(self, name: str, version: int) -> dict[str, Any]:
         loaded = self._resolve(name, version)

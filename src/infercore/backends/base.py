@@ -26,6 +26,8 @@ uses the documented default (docs/backends.md, "Optional capabilities"):
     MetricContributor  BackendModel.metric_families(): families beside Triton's  (none)
     LoopInstance       BackendInstance.loop_ready / execute_on_loop /
                        finish_from_loop: runs payloads from an event loop       (never)
+    ReadinessCheck     BackendModel.checks_readiness / check_ready(): the model
+                       decides its own readiness (a Python model's is_ready())  (ready)
 
 Where backends come from, in the order a name is looked up (docs/backends.md):
 
@@ -299,6 +301,24 @@ class MetricContributor(Protocol):
     scrape (the server adds the ``model`` and ``version`` labels). Default: none."""
 
     def metric_families(self) -> Iterable[ModelMetricFamily]: ...
+
+
+@runtime_checkable
+class ReadinessCheck(Protocol):
+    """On a BackendModel whose readiness its model decides itself, asked at each model
+    readiness request (HTTP GET /v2/models/<m>/ready, gRPC ModelReady, BLS
+    is_model_ready): a Python model's ``is_ready()`` (current Triton's python_backend).
+    Default: ready while loaded.
+
+    ``checks_readiness``: whether a check would run now (False: ready, at no cost); read
+    from any thread, so cheap. ``check_ready()``: the model's answer; it blocks, bounded
+    by the backend (not ready past its bound), so callers on an event loop run it off
+    the loop. Any thread may call it, several at once."""
+
+    @property
+    def checks_readiness(self) -> bool: ...
+
+    def check_ready(self) -> bool: ...
 
 
 @runtime_checkable

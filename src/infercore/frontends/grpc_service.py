@@ -138,10 +138,12 @@ class CommonService:
         return pb.ServerReadyResponse(ready=self._server.ready())
 
     @_rpc
-    def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
-        # As Triton: an unknown model is not an error here, only not ready.
+    async def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        # As Triton: an unknown model is not an error here, only not ready. Awaited: a
+        # model's own readiness check (is_ready()) runs off this loop.
         version = parse_version(request.version)
-        return pb.ModelReadyResponse(ready=self._server.model(request.name, version).ready())
+        ready = await self._server.model(request.name, version).aready()
+        return pb.ModelReadyResponse(ready=ready)
 
     @_rpc
     def server_metadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
@@ -281,9 +283,9 @@ class CommonService:
 
     # -- trace and log settings --------------------------------------------------------------
     @_rpc
-    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+    async def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
         model = request.model_name
-        if model and not self._server.model(model).ready():
+        if model and not await self._server.model(model).aready():
             raise InvalidArgumentError(f"Request for unknown model : {model}")
         settings = request.settings
         # the network never chooses where a server writes (Triton's rule)

@@ -114,11 +114,11 @@ class HttpRouter:
             if kind == "trace/setting":
                 if version_text:
                     return _NOT_FOUND  # trace settings are per model, not per version
-                return self._trace(request, name)
+                return self._model_trace(request, name)
             if method != "GET":
                 return _NOT_ALLOWED_TEXT if kind == "ready" else _NOT_ALLOWED
             if kind == "ready":
-                return _OK_EMPTY if self._server.model(name, version).ready() else _MODEL_NOT_READY
+                return self._model_ready(name, version)
             if kind == "config":
                 return json_response(self._server.model(name, version).config())
             if kind == "stats":
@@ -240,11 +240,24 @@ class HttpRouter:
     def _global_trace(self, request: HttpRequest) -> HttpResponse:
         return self._trace(request, "")
 
+    async def _model_ready(self, name: str, version: int) -> HttpResponse:
+        # awaited: a model's own readiness check (is_ready()) runs off this loop
+        return _OK_EMPTY if await self._server.model(name, version).aready() else _MODEL_NOT_READY
+
+    async def _model_trace(self, request: HttpRequest, model: str) -> HttpResponse:
+        try:
+            if request.method in ("GET", "POST") and not await self._server.model(model).aready():
+                raise InvalidArgumentError(f"Request for unknown model : {model}")
+            return self._trace(request, model)
+        except TritonError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug answers 500, the server stays up
+            return error_response(as_triton_error(exc))
+
     def _trace(self, request: HttpRequest, model: str) -> HttpResponse:
+        """The trace settings of ``model`` ("": the global ones), known to be ready."""
         if request.method not in ("GET", "POST"):
             return _NOT_ALLOWED
-        if model and not self._server.model(model).ready():
-            raise InvalidArgumentError(f"Request for unknown model : {model}")
         if request.method == "POST":
             document = _json_members(request.body)
             if "trace_file" in document:

@@ -240,11 +240,12 @@ class _SageMakerRoutes:
             "generate_stream.", 400)
 
     # -- the multi-model endpoint ----------------------------------------------------------
-    def _list(self) -> HttpResponse:
+    async def _list(self) -> HttpResponse:
         models = []
         for name in triton_order(self._models):  # Triton keeps them in an unordered_map
             try:
-                ready = self._server.model(name, 1).ready()
+                # awaited: a model's own readiness check (is_ready()) runs off this loop
+                ready = await self._server.model(name, 1).aready()
             except TritonError:
                 ready = False
             # a model that is not ready is listed as an empty object, as Triton lists it

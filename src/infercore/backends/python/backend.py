@@ -10,6 +10,8 @@
                                          (execute(batch) for batch-assembly models, in
                                          batch_assembly.py)
     PythonInstance.finalize()            the model's finalize(), errors logged
+    PythonModel.check_ready()            every instance's is_ready(), where the model has
+                                         one (readiness.py): the ReadinessCheck capability
 
 Threads: ``execute`` and ``finalize`` of an instance run on that instance's backend thread;
 ``create_instance`` runs on the loading thread. A decoupled model may answer from threads of
@@ -49,6 +51,7 @@ from .pb_request import (
     unregister_package,
     use_scope,
 )
+from .readiness import ReadinessProbe, all_ready
 
 __all__ = ["PythonBackend", "PythonInstance", "PythonModel"]
 
@@ -199,6 +202,9 @@ class PythonModel:
         )
         # Calls from threads the model starts find the model through its module.
         register_package(self._package, self._scope)
+        # the is_ready() probes of the instances whose model object has one
+        self._probes_lock = threading.Lock()
+        self._probes: dict[str, ReadinessProbe] = {}
 
     @property
     def context(self) -> ModelContext:
@@ -230,7 +236,28 @@ class PythonModel:
                     initialize(args)
             except (Exception, SystemExit) as exc:
                 raise InternalError(python_error_text(exc)) from exc
-        return PythonInstance(self, model, info, scope)
+        instance = PythonInstance(self, model, info, scope)
+        probe = instance.readiness_probe()
+        if probe is not None:
+            with self._probes_lock:
+                self._probes[info.name] = probe
+        return instance
+
+    @property
+    def checks_readiness(self) -> bool:
+        """ReadinessCheck: whether an instance's model object has ``is_ready``."""
+        return bool(self._probes)
+
+    def check_ready(self) -> bool:
+        """ReadinessCheck: ready when every instance's ``is_ready()`` answers True, within
+        readiness.READY_TIMEOUT_S in all (the checks run at once)."""
+        with self._probes_lock:
+            probes = list(self._probes.values())
+        return all_ready([probe.start() for probe in probes], self._context.name)
+
+    def _forget_probe(self, instance_name: str) -> None:
+        with self._probes_lock:
+            self._probes.pop(instance_name, None)
 
     def finalize(self) -> None:
         unregister_package(self._package)
@@ -259,6 +286,10 @@ class PythonInstance:
         # where the model's class lives, as Triton names it in "does not implement" errors
         self.model_file = str(_model_file(model.context.config, model.context.version_dir))
         self._loop: CoroutineLoop | None = None  # for `async def execute`, made at first use
+        self._loop_lock = threading.Lock()  # the loop is made once (is_ready() needs it too)
+        is_ready = getattr(model_object, "is_ready", None)  # the model's, as Triton looks
+        self._probe = (None if not callable(is_ready) else ReadinessProbe(
+            info.name, is_ready, self.scope, self.run_coroutine))
 
     def execute(self, payload: Payload) -> None:
         if self._assembly is not None:
@@ -442,18 +473,27 @@ class PythonInstance:
         )
         request.get_response_sender()._fail(self._error(text))
 
+    def readiness_probe(self) -> ReadinessProbe | None:
+        """The probe of the model's ``is_ready()``; None when it has none."""
+        return self._probe
+
     def _coroutine_loop(self) -> CoroutineLoop:
-        if self._loop is None:
-            self._loop = CoroutineLoop(f"{self._name}-asyncio")
-        return self._loop
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = CoroutineLoop(f"{self._name}-asyncio")
+            return self._loop
 
     def run_coroutine(self, coroutine: Any) -> Any:
         """Run an ``async def execute`` of a model that is not decoupled to its end."""
         return self._coroutine_loop().run(coroutine)
 
     def finalize(self) -> None:
+        if self._probe is not None:
+            self._model._forget_probe(self._name)
+            self._probe.stop()
         # As Triton's stub: the coroutines' loop stops before the model's finalize runs.
-        loop, self._loop = self._loop, None
+        with self._loop_lock:
+            loop, self._loop = self._loop, None
         if loop is not None:
             loop.stop()
         finalize = getattr(self._object, "finalize", None)

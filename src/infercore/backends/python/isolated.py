@@ -39,6 +39,7 @@ retired ones; ``_changed`` tells waiters that a restart ended.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -50,6 +51,7 @@ from tritonclient.grpc import model_config_pb2
 from ...errors import InternalError, InvalidArgumentError, TritonError
 from ..base import InstanceInfo, InstanceState, ModelContext
 from .isolated_worker import WorkerHandle, WorkerSettings, WorkerUnreachable
+from .readiness import all_ready
 from .worker_spawner import FORKSERVER, START_METHODS
 
 if TYPE_CHECKING:
@@ -176,6 +178,8 @@ class IsolatedModel:
         self._shm_size = _backend_setting(context, SHM_DEFAULT_BYTE_SIZE)
         self._shm_growth = _backend_setting(context, SHM_GROWTH_BYTE_SIZE)
         self._timeout_s = float(_backend_setting(context, STUB_TIMEOUT_SECONDS))
+        self._instances_lock = threading.Lock()
+        self._instances: list[IsolatedInstance] = []  # for readiness checks
         if "EXECUTION_ENV_PATH" in context.config.parameters:
             logger.warning("model '%s': EXECUTION_ENV_PATH is not supported; its workers run "
                            "this server's interpreter", context.name)
@@ -212,10 +216,29 @@ class IsolatedModel:
         )
         instance = IsolatedInstance(settings)
         instance.start()
+        with self._instances_lock:
+            self._instances.append(instance)
         return instance
+
+    @property
+    def checks_readiness(self) -> bool:
+        """ReadinessCheck: whether the model object in a worker has ``is_ready``."""
+        with self._instances_lock:
+            return any(instance.checks_readiness for instance in self._instances)
+
+    def check_ready(self) -> bool:
+        """ReadinessCheck: every worker's ``is_ready()`` answers True, within
+        readiness.READY_TIMEOUT_S in all (READY_CHECK frames, asked at once)."""
+        with self._instances_lock:
+            instances = list(self._instances)
+        answers = [answer for instance in instances
+                   if (answer := instance.start_ready_check()) is not None]
+        return all_ready(answers, self._context.name)
 
     def finalize(self) -> None:
         """Nothing to do: each instance finalized its own worker."""
+        with self._instances_lock:
+            self._instances.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +280,22 @@ class IsolatedInstance:
             pid = worker.pid if worker is not None and not worker.dead else 0
             return WorkerStatistics(self._state, pid, self._crashes, self._restarts,
                                     self._last_failure)
+
+    # -- readiness ------------------------------------------------------------------------
+    @property
+    def checks_readiness(self) -> bool:
+        with self._lock:
+            worker = self._worker if self._state is InstanceState.READY else None
+        return worker is not None and worker.checks_readiness
+
+    def start_ready_check(self) -> concurrent.futures.Future[bool] | None:
+        """Ask the worker's model ``is_ready()``; None when it has none, or no worker is
+        up (a restart, a stopped instance: nothing to ask)."""
+        with self._lock:
+            worker = self._worker if self._state is InstanceState.READY else None
+        if worker is None or not worker.checks_readiness:
+            return None
+        return worker.start_ready_check()
 
     # -- execute --------------------------------------------------------------------------
     def execute(self, payload: Payload) -> None:

@@ -28,7 +28,9 @@ Threads:
     records, decoupled models' responses as they come, BLS requests (started here, never
     waited on: isolated_bls.py) and custom metric operations (isolated_metrics.py). EOF
     there is the worker's death: it fails the requests in flight, cancels its BLS calls,
-    drops its metrics and calls ``on_death`` (the instance restarts).
+    drops its metrics and calls ``on_death`` (the instance restarts). It also takes the
+    READY_ANSWERs of readiness checks (``start_ready_check``, from any thread) and, at EOF,
+    answers those still waiting "not ready".
   - the threads answering BLS calls, and the event thread, write BLS responses and metric
     replies to the event channel, under ``_event_write_lock``.
   - each RESPONSE on the data channel says how many event frames the worker sent before it;
@@ -45,6 +47,7 @@ stopped, ignores the report.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import select
@@ -79,6 +82,8 @@ from .worker_protocol import (
     LOG,
     METRIC,
     READY,
+    READY_ANSWER,
+    READY_CHECK,
     RESPONSE,
     FrameReader,
     encode_frame,
@@ -175,6 +180,12 @@ class WorkerHandle:
         self._events_handled = 0
         self._events_waiters = 0
         self._events_changed = threading.Condition(threading.Lock())
+        # the model's is_ready() (READY says whether it has one), and the checks asked of
+        # the worker and not answered yet, by call number (guarded by _ready_lock)
+        self.checks_readiness = False
+        self._ready_calls = itertools.count(1)
+        self._ready_lock = threading.Lock()
+        self._ready_waiting: dict[int, concurrent.futures.Future[bool]] = {}
 
     @property
     def pid(self) -> int:
@@ -274,6 +285,7 @@ class WorkerHandle:
             raise error_from_code(frame[1], frame[2])
         if frame[0] != READY:
             raise InternalError(f"Stub process '{self._name}' sent an unexpected first frame")
+        self.checks_readiness = bool(frame[2])
 
     def _abandon(self) -> None:
         """Tear down a worker that failed to start."""
@@ -574,6 +586,33 @@ class WorkerHandle:
                             parameters=parameters, error=error,
                             fails=bool(flags & FLAG_FAILED))
 
+    # -- readiness ------------------------------------------------------------------------
+    def start_ready_check(self) -> concurrent.futures.Future[bool]:
+        """Ask the worker for the model's is_ready() (any thread): a future of its answer,
+        False if the worker dies first; the caller bounds its wait."""
+        answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        with self._ready_lock:
+            if self.dead:
+                answer.set_result(False)
+                return answer
+            call = next(self._ready_calls)
+            self._ready_waiting[call] = answer
+        self._send_event((READY_CHECK, call))
+        return answer
+
+    def _ready_answered(self, call: int, ready: bool) -> None:
+        with self._ready_lock:
+            answer = self._ready_waiting.pop(call, None)
+        if answer is not None:
+            answer.set_result(bool(ready))
+
+    def _ready_unanswered(self) -> None:
+        """The worker is gone (event thread): its pending checks answer not ready."""
+        with self._ready_lock:
+            waiting, self._ready_waiting = self._ready_waiting, {}
+        for answer in waiting.values():
+            answer.set_result(False)
+
     def _send_event(self, frame: tuple[Any, ...]) -> None:
         """Write a BLS response or metric reply to the worker (from any thread)."""
         raw = encode_frame(frame)
@@ -627,6 +666,8 @@ class WorkerHandle:
                         self._bls.cancel(frame[1])
                     elif kind == CONTROL:
                         self._bls.control(frame)
+                    elif kind == READY_ANSWER:
+                        self._ready_answered(frame[1], frame[2])
                 except Exception:  # noqa: BLE001 - one bad frame must not end the thread
                     logger.exception("instance %s: failed to handle a frame from its worker",
                                      self._name)
@@ -635,7 +676,8 @@ class WorkerHandle:
         self._bls.close()
         self._metrics.close()
         table = self._table
-        table.close()
+        table.close()  # dead from now on: no readiness check is asked of it any more
+        self._ready_unanswered()
         if self._finalizing:
             table.fail_all(
                 f"Failed to process the request(s) for model '{self._name}', message: the "

@@ -19,7 +19,8 @@ always matches.)
                    server's event thread as they come, in order.
                    server -> worker: BLS_RESPONSE, CONTROL_REPLY and METRIC_REPLY, read by
                    the worker's reader thread, which also learns of the server's death
-                   there (EOF).
+                   there (EOF); READY_CHECK, a readiness request for the model's
+                   is_ready(), answered by a READY_ANSWER on the same channel.
 
 BYTES tensors cross in their wire form (4-byte lengths and bytes), serialised on one side
 and parsed on the other; every other datatype is copied once into shared memory and read
@@ -83,6 +84,8 @@ __all__ = [
     "OP_SET",
     "OP_VALUE",
     "READY",
+    "READY_ANSWER",
+    "READY_CHECK",
     "RESPONSE",
     "FrameReader",
     "encode_frame",
@@ -99,7 +102,7 @@ __all__ = [
 INIT = 1  # (INIT, settings: dict)
 EXECUTE = 2  # (EXECUTE, exec_id, log_levels, input_size, requests: tuple of records)
 FINALIZE = 3  # (FINALIZE,)
-READY = 4  # (READY, pid)
+READY = 4  # (READY, pid, checks_readiness): the model object has is_ready()
 INIT_FAILED = 5  # (INIT_FAILED, error_code, message)
 # (RESPONSE, slot, flags, parameters, error, tensors, ring_size, sequence, events): events
 # is how many event frames the worker had sent before this response; the server delivers a
@@ -126,6 +129,8 @@ METRIC_REPLY = 14  # (METRIC_REPLY, call, error | None, value)
 #  files as a dict), unload_model (unload_dependents), is_model_ready (version)
 CONTROL = 15
 CONTROL_REPLY = 16  # (CONTROL_REPLY, call, error | None, value)
+READY_CHECK = 17  # (READY_CHECK, call): server -> worker, ask the model's is_ready()
+READY_ANSWER = 18  # (READY_ANSWER, call, ready: bool): worker -> server
 
 # CONTROL operations
 CONTROL_LOAD = 1

@@ -7,7 +7,8 @@ starts, is copied into the output ring and described in a RESPONSE frame. So the
 exactly the pb_utils API, ``initialize`` args and error texts it sees in-thread.
 
     INIT      create the model and the instance (imports model.py, runs ``initialize``);
-              answer READY, or INIT_FAILED with the error's code and text
+              answer READY (saying whether the model has ``is_ready``), or INIT_FAILED
+              with the error's code and text
     EXECUTE   wrap the requests, run ``execute``, answer DONE. For a model that is not
               decoupled, the responses sent meanwhile are held and travel inside DONE:
               one frame, one send, one wake-up of the server
@@ -23,7 +24,8 @@ frame: the server sets a flag byte in the request's input block, which ``is_canc
 reads. BLS calls go to the server as BLS_REQUEST frames and model control (load_model ...)
 as CONTROL frames (worker_bls.py), and pb_utils custom metrics live in the server's
 registry (worker_metrics.py); all travel on the event channel, whose other direction
-brings their answers.
+brings their answers. A READY_CHECK there runs the model's ``is_ready()`` (readiness.py,
+on a thread of its own) and is answered by a READY_ANSWER.
 
 Threads: the main thread reads the data channel and runs INIT/EXECUTE/FINALIZE. Model
 threads may send responses, call other models, update metrics and log at any time.
@@ -75,6 +77,8 @@ from .worker_protocol import (
     LOG,
     METRIC_REPLY,
     READY,
+    READY_ANSWER,
+    READY_CHECK,
     RESPONSE,
     FrameReader,
     encode_frame,
@@ -364,10 +368,22 @@ class WorkerRuntime:
                         self._control.reply(frame)  # type: ignore[union-attr]
                     elif frame[0] == METRIC_REPLY:
                         self._metrics.reply(frame)  # type: ignore[union-attr]
+                    elif frame[0] == READY_CHECK:
+                        self._check_ready(frame[1])
                 except Exception:  # noqa: BLE001 - one bad frame must not end the thread
                     logger.exception("worker %d: failed to handle a frame from the server",
                                      os.getpid())
         exit_now(EXIT_SERVER_GONE)
+
+    def _check_ready(self, call: int) -> None:
+        """A READY_CHECK (reader thread): start the model's is_ready() (or join the one
+        under way, readiness.py) and answer when it has; never waits here."""
+        probe = self._instance.readiness_probe()  # made before READY: asked only after it
+        if probe is None:
+            self._outbox.send_event((READY_ANSWER, call, True))
+            return
+        probe.start().add_done_callback(
+            lambda answer: self._outbox.send_event((READY_ANSWER, call, answer.result())))
 
     def _install_logging(self, levels: tuple[int, ...]) -> None:
         root = logging.getLogger()
@@ -415,7 +431,8 @@ class WorkerRuntime:
         except BaseException as exc:  # noqa: BLE001 - any failure fails the load, with its text
             self._outbox.send_data((INIT_FAILED, 1, python_error_text(exc, skip_frames=0)))
             return False
-        self._outbox.send_data((READY, os.getpid()))
+        self._outbox.send_data((READY, os.getpid(),
+                                self._instance.readiness_probe() is not None))
         return True
 
     def _execute(self, frame: tuple[Any, ...]) -> None:
