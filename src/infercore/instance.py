@@ -15,6 +15,17 @@ in ``acquire``: a loop-driven chain ends when one waits. States: serving -> fina
 For a model that is not decoupled, each request's final response is held back by its
 sender until the execution's statistics are recorded, then released: a caller that has
 its response also sees it counted.
+
+A decoupled request still open when its execution ends (the model answers later, from
+its own threads, or never) and then cancelled gets ``CANCEL_GRACE_S`` to end: the model
+sees ``is_cancelled()`` and usually answers (an error, the final flag), and its answer
+reaches the caller as Triton delivers it. One that is still open after that is ended
+here with CancelledError: the model may never send its final flag, and the caller (an
+in-process stream, a frontend, a BLS caller) must not wait for it. The backend's later
+sends are dropped (the Python backend's sender drops them without raising, as Triton
+does for a cancelled request). ``_CancelGrace`` keeps those deadlines: its thread
+(``infercore-<model>-<instance>-cancel-grace``) runs while any is pending and ends by
+itself; ``finalize`` stops and joins it. Its condition guards the pending list.
 """
 
 from __future__ import annotations
@@ -25,12 +36,16 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import TYPE_CHECKING
 
 from .backends.base import BackendInstance, InstanceInfo, LoopInstance
-from .errors import InternalError, InvalidArgumentError, TritonError
+from .errors import CancelledError, InternalError, InvalidArgumentError, TritonError
 from .payload import Payload
 from .rate_limiter import ResourceAsk
 from .stats import ModelStats
+
+if TYPE_CHECKING:
+    from .response import ResponseSender
 
 __all__ = ["ModelInstance", "cpu_cores_of", "pin_current_thread"]
 
@@ -40,6 +55,9 @@ logger = logging.getLogger(__name__)
 INLINE_ON_LOOP_MAX_NS = 50_000
 
 _NO_RESOURCES = ResourceAsk(())
+
+
+CANCEL_GRACE_S = 2.0  # a cancelled decoupled request's time to end by its model
 
 
 class ModelInstance:
@@ -88,6 +106,7 @@ class ModelInstance:
         # once, a 100 us one after 8). Unknown (-1) until the first execution, and unknown
         # counts as long.
         self.recent_execute_ns = -1
+        self._cancel_grace = _CancelGrace(model_name, info.name, clock)
 
     @property
     def name(self) -> str:
@@ -137,6 +156,7 @@ class ModelInstance:
     def finalize(self, timeout: float = 30.0) -> None:
         """Finalize the backend instance once no payload runs on it (waits up to timeout)."""
         self.loop_capable = False  # a chain running here ends after its payload
+        self._cancel_grace.stop()
         acquired = self.busy.acquire(timeout=timeout)
         self.inline_allowed = False  # no caller may reserve it from now on
         if not acquired:
@@ -216,6 +236,9 @@ class ModelInstance:
                     f"model '{self.model_name}' sent no response for request "
                     f"'{request.id}'"
                 ))
+            elif not hold and sender is not None and not sender.closed:
+                # answered later, or never: a cancel (now, or already) ends it in time
+                request.on_cancel(partial(self._cancel_grace.add, sender))
         self.execution_count += 1
         self._stats.record_execution(requests, end, self.info.name)
         if hold:
@@ -275,3 +298,61 @@ def pin_current_thread(name: str, cores: frozenset[int]) -> None:
         set_affinity(0, cores)  # 0: the calling thread on Linux
     except OSError as exc:
         logger.warning("thread %s: could not pin to CPU cores %s: %s", name, sorted(cores), exc)
+
+
+
+class _CancelGrace:
+    """Ends cancelled decoupled requests their model left open past CANCEL_GRACE_S."""
+
+    def __init__(self, model_name: str, instance_name: str,
+                 clock: Callable[[], int]) -> None:
+        self._model_name = model_name
+        self._thread_name = f"infercore-{model_name}-{instance_name}-cancel-grace"
+        self._clock = clock
+        self._changed = threading.Condition(threading.Lock())
+        self._pending: list[tuple[int, ResponseSender]] = []  # (deadline ns, sender)
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def add(self, sender: ResponseSender) -> None:
+        """A cancel hook (any thread): end ``sender``'s request unless it ends in time."""
+        if sender.closed:
+            return
+        with self._changed:
+            if self._stopped:
+                return
+            self._pending.append((self._clock() + int(CANCEL_GRACE_S * 1e9), sender))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._thread_name,
+                                                daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while True:
+                    if self._stopped or not self._pending:
+                        self._thread = None
+                        return
+                    now = self._clock()
+                    due = [sender for deadline, sender in self._pending if deadline <= now]
+                    if due:
+                        self._pending = [(d, s) for d, s in self._pending if d > now]
+                        break
+                    first = min(deadline for deadline, _ in self._pending)
+                    self._changed.wait((first - now) / 1e9)
+            for sender in due:  # outside the lock: a stream's consumer wakes up
+                if not sender.closed:
+                    sender.abort(CancelledError(
+                        f"request for model '{self._model_name}' was cancelled; the model "
+                        f"had not sent its final response {CANCEL_GRACE_S:g} s later"))
+
+    def stop(self) -> None:
+        """At finalize: nothing more is ended here (unload ends what is left); join."""
+        with self._changed:
+            self._stopped = True
+            thread = self._thread
+            self._changed.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(1.0)

@@ -271,18 +271,26 @@ class InferenceResponseSender:
                         "Unable to send response. Non-decoupled model cannot send complete "
                         "final before sending a response."
                     )
-            if self._closed or request.sender.closed:
+            # A cancelled request the engine ended already (a decoupled model answering
+            # after its execute, instance.py): as in Triton, what the model still sends
+            # is dropped, without an error.
+            dropped = not self._closed and request.sender.closed and request.cancelled
+            if not dropped and (self._closed or request.sender.closed):
                 self._closed = True
                 raise TritonModelException(
                     "Unable to send response. Response sender has been closed."
                 )
             try:
-                if response is None:
+                if dropped:
+                    pass
+                elif response is None:
                     request.sender.close()
                 else:
                     response._send(request.sender, final)
             except CoreTritonError as exc:
-                raise TritonModelException(f"Unable to send response. {exc.message}") from exc
+                if not (request.cancelled and request.sender.closed):  # ended meanwhile
+                    raise TritonModelException(
+                        f"Unable to send response. {exc.message}") from exc
             if response is not None:
                 self._sent += 1
             if final:
