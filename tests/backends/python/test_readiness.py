@@ -60,20 +60,29 @@ def test_a_model_without_is_ready_declares_no_check(harness: Harness):
 
 @pytest.mark.parametrize(("second", "ready"), [(True, True), (False, False)])
 def test_every_instance_is_asked_and_concurrent_checks_share_one_call(
-    harness: Harness, second: bool, ready: bool
+    harness: Harness, second: bool, ready: bool, monkeypatch
 ):
     model, instances = harness.load(
         "m", f"ANSWER_OF_SECOND = {second}\n" + GATED_PY, INT_CONFIG, instances=2
     )
     module = _module(instances[0])
     assert model.checks_readiness is True
+    joined = []  # each check, once it holds the call under way of each instance
+    start = readiness.ReadinessProbe.start
+
+    def counted_start(probe):
+        future = start(probe)
+        joined.append(probe)
+        return future
+
+    monkeypatch.setattr(readiness.ReadinessProbe, "start", counted_start)
     answers: list[bool] = []
     checks = [
         threading.Thread(target=lambda: answers.append(model.check_ready())) for _ in range(3)
     ]
     for check in checks:
         check.start()
-    while len(module.CALLS) < 2:  # both instances asked, once each
+    while len(joined) < 6:  # all three checks hold both instances' calls, still gated
         threading.Event().wait(0.01)
     module.GATE.set()
     for check in checks:
