@@ -31,7 +31,7 @@ ALLOWED = {
         "last_inference is wall-clock ms since the epoch, as Triton reports it",
     ("stats.py", "ModelStats.record_execution"):
         "last_inference is wall-clock ms since the epoch, as Triton reports it",
-    ("trace_export.py", "OtelExporter.__init__"):
+    ("observability/trace_export.py", "OtelExporter.__init__"):
         "OpenTelemetry spans are wall time: the offset from the engine's clock",
     ("response.py", "ResponseStream._next"):
         "the caller's own wait for its answer, in the caller's seconds",

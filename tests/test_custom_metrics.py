@@ -21,7 +21,7 @@ from infercore.backends.base import InstanceInfo, ModelContext
 from infercore.backends.python.backend import PythonBackend
 from infercore.backends.python.pb_metrics import use_metrics_backend
 from infercore.config import parse_model_config
-from infercore.custom_metrics import REGISTRY, CustomMetricsRegistry
+from infercore.observability.custom_metrics import REGISTRY, CustomMetricsRegistry
 
 
 def samples(text: str, family_name: str) -> dict[tuple[str, tuple], float]:

@@ -139,7 +139,7 @@ def test_layering_contract_is_kept() -> None:
 
 @pytest.mark.parametrize(("importer", "imported", "contract"), [
     # a value importing a service
-    ("infercore.options", "infercore.metrics", "Layers"),
+    ("infercore.options", "infercore.observability.metrics", "Layers"),
     # a backend importing the engine
     ("infercore.backends.python.backend", "infercore.model", "Layers"),
     # the engine importing a frontend

@@ -9,7 +9,7 @@ import pytest
 
 from infercore import InvalidArgumentError, Server
 from infercore.log_settings import LogSettings
-from infercore.logs import LogSettingsManager, TritonFormatter
+from infercore.observability.logs import LogSettingsManager, TritonFormatter
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sample_models import gated_identity_model, install_gate
 
 from infercore import InvalidArgumentError, Options, Server, TritonError
-from infercore.metrics import CpuSampler
 from infercore.metrics_settings import MetricsSettings, parse_metrics_config
+from infercore.observability.metrics import CpuSampler
 from infercore.stats import LatencyWindow
 
 ONES = np.ones((1, 4), np.float32)

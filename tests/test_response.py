@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from infercore.errors import CancelledError, InternalError, InvalidArgumentError
+from infercore.observability.trace_record import TracingSender
 from infercore.request import InferRequest
 from infercore.response import InferResponse, ResponseSender, ResponseStream
 from infercore.tensor import Tensor
-from infercore.trace_record import TracingSender
 
 WAIT_S = 5.0  # upper bound for a wait that should end at once; never reached when passing
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from infercore import InvalidArgumentError
-from infercore.tracing import TraceSettingsStore
+from infercore.observability.tracing import TraceSettingsStore
 
 
 def test_defaults_match_tritons_json_shape():

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infercore import InvalidArgumentError, Server, TraceConfig, trace_export
-from infercore.tracing import parse_trace_config
+from infercore import InvalidArgumentError, Server, TraceConfig
+from infercore.observability import trace_export
+from infercore.observability.tracing import parse_trace_config
 
 ONES = np.ones((1, 4), np.float32)
 ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",

@@ -4,7 +4,6 @@ The public API is what this module exports; everything else is internal.
 """
 
 from ._version import __version__
-from .custom_metrics import Metric, MetricFamily, MetricKind
 from .errors import (
     AlreadyExistsError,
     CancelledError,
@@ -20,7 +19,9 @@ from .errors import (
 from .handle import Model
 from .inference_request import InferenceRequest
 from .log_settings import LogFormat, LogLevel
-from .logs import log_enabled, log_message
+from .observability.custom_metrics import Metric, MetricFamily, MetricKind
+from .observability.logs import log_enabled, log_message
+from .observability.tracing import TraceConfig
 from .options import (
     ModelControlMode,
     ModelLoadDeviceLimit,
@@ -37,7 +38,6 @@ from .server import Server
 from .serving import Endpoint
 from .stats import BatchStatistics, Duration, ModelStatistics
 from .tensor import DataType, MemoryType, Tensor, deserialize_bytes_tensor, serialize_bytes_tensor
-from .tracing import TraceConfig
 
 __all__ = [
     "AlreadyExistsError",

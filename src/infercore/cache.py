@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgumentError
+from .observability.trace_record import TracingSender
 from .options import LOCAL_CACHE, local_cache_size
 from .request import InferRequest
 from .response import ResponseSender
 from .tensor import DataType, MemoryType, Tensor
-from .trace_record import TracingSender
 
 if TYPE_CHECKING:
     from .stats import ModelStats

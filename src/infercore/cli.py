@@ -43,9 +43,9 @@ from .frontends.flag_types import (
 from .launch import ServeExtras, report_creation_failure
 from .launch import serve as _serve
 from .log_settings import LOG_FORMATS
-from .logs import triton_formatter, triton_handler
 from .long_options import LongOption
 from .long_options import read as read_long_options
+from .observability.logs import triton_formatter, triton_handler
 from .options import (
     ModelControlMode,
     ModelLoadDeviceLimit,

@@ -48,12 +48,14 @@ from .backends.base import (
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
 from .caller import Caller
 from .clock import Clock, MonotonicClock, deadline_after, seconds_until
-from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
-from .custom_metrics import CustomMetricsRegistry
 from .devices import Devices, NvmlDevices, check_load_limit
 from .dispatch import Dispatch
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from .instance import ModelInstance, cpu_cores_of
+from .observability.custom_metrics import REGISTRY as CUSTOM_REGISTRY
+from .observability.custom_metrics import CustomMetricsRegistry
+from .observability.trace_record import TracingSender
+from .observability.tracing import Tracer
 from .rate_limiter import RateLimiter, ResourceAsk
 from .ray import create_backend_model
 from .request import InferRequest
@@ -65,8 +67,6 @@ from .scheduling.ensemble import EnsembleScheduler, StepDurations, validate_ense
 from .scheduling.sequence import SequenceBatcher
 from .stats import BACKEND, CANCELED, OTHER, REJECTED, LatencyWindow, ModelStats
 from .tensor import DataType
-from .trace_record import TracingSender
-from .tracing import Tracer
 from .validation import BackendRefusal, RequestValidator
 from .warmup import run_warmup, warmup_samples
 

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError
+from .observability.trace_record import request_timestamps
 from .tensor import DataType, MemoryType, Tensor
-from .trace_record import request_timestamps
 
 if TYPE_CHECKING:
     from .request import InferRequest

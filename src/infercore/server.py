@@ -33,10 +33,11 @@ from .errors import (
 from .handle import Model
 from .lifecycle import StartStop
 from .log_settings import LogLevel, LogSettings
-from .logs import LogSettingsManager, log_enabled, log_message
-from .metrics import ServerMetrics
 from .metrics_settings import MetricsSettings
 from .model import LoadedModel, ModelEnvironment
+from .observability.logs import LogSettingsManager, log_enabled, log_message
+from .observability.metrics import ServerMetrics
+from .observability.tracing import Tracer
 from .options import ModelControlMode, Options
 from .rate_limiter import RateLimiter
 from .repository.layout import check_model_name
@@ -48,7 +49,6 @@ from .request import InferRequest
 from .response import InferResponse, ResponseStream
 from .server_handles import HandleEngine
 from .stats import ModelStatistics
-from .tracing import Tracer
 
 if TYPE_CHECKING:
     from .serving import Endpoint

@@ -50,7 +50,7 @@ from .trace_stamps import (
 )
 
 if TYPE_CHECKING:
-    from ..trace_record import Trace
+    from ..observability.trace_record import Trace
 
 __all__ = ["StreamSession"]
 

@@ -59,7 +59,7 @@ from .trace_stamps import (
 )
 
 if TYPE_CHECKING:
-    from ..trace_record import Trace
+    from ..observability.trace_record import Trace
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
 

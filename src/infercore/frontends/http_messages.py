@@ -29,7 +29,7 @@ from ..errors import InvalidArgumentError, TritonError, UnsupportedError
 from ..kserve.status import http_status
 
 if TYPE_CHECKING:
-    from ..trace_record import Trace
+    from ..observability.trace_record import Trace
 
 __all__ = [
     "HttpRequest",

@@ -70,7 +70,7 @@ from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
 from .trace_stamps import HTTP_SEND_END, HTTP_SEND_START
 
 if TYPE_CHECKING:
-    from ..tracing import Tracer
+    from ..observability.tracing import Tracer
 
 __all__ = ["ConnectionSet", "HttpConnection", "WANTED_HEADERS"]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..request import InferRequest
 
 if TYPE_CHECKING:
-    from ..trace_record import Trace
+    from ..observability.trace_record import Trace
 
 __all__ = ["GRPC_SEND_END", "GRPC_SEND_START", "GRPC_WAITREAD_END", "GRPC_WAITREAD_START",
            "HTTP_RECV_END", "HTTP_RECV_START", "HTTP_SEND_END", "HTTP_SEND_START",

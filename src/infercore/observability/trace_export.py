@@ -28,11 +28,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .clock import Clock, MonotonicClock
-from .errors import UnavailableError
+from ..clock import Clock, MonotonicClock
+from ..errors import UnavailableError
 
 if TYPE_CHECKING:
-    from .request import InferRequest
+    from ..request import InferRequest
     from .trace_record import Trace
 
 __all__ = ["OtelExporter", "TraceFile", "otlp_span_exporter"]

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from prometheus_client.core import Metric as PromMetric
 from prometheus_client.utils import floatToGoString
 
-from .custom_metric_rules import (
+from ..custom_metric_rules import (
     LabelKey,
     MetricKind,
     check_family,
@@ -42,7 +42,7 @@ from .custom_metric_rules import (
     negative_increment_text,
     unsupported_text,
 )
-from .errors import AlreadyExistsError, InvalidArgumentError
+from ..errors import AlreadyExistsError, InvalidArgumentError
 
 __all__ = ["CustomMetricsRegistry", "Metric", "MetricFamily", "MetricKind", "REGISTRY",
            "register_reserved_names"]

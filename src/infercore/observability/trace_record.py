@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import orjson
 
-from .response import ResponseSender
-from .tensor import DataType, Tensor
+from ..response import ResponseSender
+from ..tensor import DataType, Tensor
 
 if TYPE_CHECKING:
-    from .request import InferRequest
+    from ..request import InferRequest
 
 __all__ = ["OutputCapture", "Trace", "TraceScope", "TracingSender", "request_timestamps"]
 

@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .errors import InvalidArgumentError
-from .log_settings import LogLevel, LogSettings
+from ..errors import InvalidArgumentError
+from ..log_settings import LogLevel, LogSettings
 
 __all__ = ["LogSettingsManager", "TritonFormatter", "log_enabled", "log_message",
            "triton_formatter", "triton_handler"]

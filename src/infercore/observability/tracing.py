@@ -30,11 +30,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .clock import Clock, MonotonicClock
-from .errors import UnavailableError
+from ..clock import Clock, MonotonicClock
+from ..errors import UnavailableError
+from ..trace_settings import OTEL_DEFAULT_URL, TraceConfig, TraceSettingsStore, parse_trace_config
 from .trace_export import OtelExporter, TraceFile
 from .trace_record import Trace
-from .trace_settings import OTEL_DEFAULT_URL, TraceConfig, TraceSettingsStore, parse_trace_config
 
 __all__ = ["ModelTracer", "TraceConfig", "TraceSettingsStore", "Tracer",
            "parse_trace_config"]

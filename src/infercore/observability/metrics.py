@@ -47,14 +47,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric as PromMetric
 from prometheus_client.utils import floatToGoString
 
-from .clock import MonotonicClock
+from ..clock import MonotonicClock
+from ..metrics_settings import MetricsSettings
+from ..stats import FAILURE_REASONS, Duration, ModelStatistics
 from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from .custom_metrics import CustomMetricsRegistry
-from .metrics_settings import MetricsSettings
-from .stats import FAILURE_REASONS, Duration, ModelStatistics
 
 if TYPE_CHECKING:
-    from .model import LoadedModel
+    from ..model import LoadedModel
 
 __all__ = ["ServerMetrics"]
 
