@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve()
 
 # -- server side -----------------------------------------------------------------------------
 def _router(server: Any, executor: Any) -> Any:
-    from infercore.frontends.http_routes import HttpRouter
+    from infercore.frontends.http.routes import HttpRouter
     from infercore.frontends.shm import SystemSharedMemory
 
     return HttpRouter(server, SystemSharedMemory(), executor, max_input_size=64 << 20)
@@ -61,8 +61,8 @@ class AsgiAdapter:
         self.router = router
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        from infercore.frontends.http_messages import HttpRequest, HttpResponse
-        from infercore.frontends.http_protocol import WANTED_HEADERS
+        from infercore.frontends.http.messages import HttpRequest, HttpResponse
+        from infercore.frontends.http.protocol import WANTED_HEADERS
 
         if scope["type"] != "http":
             return
@@ -92,8 +92,8 @@ class RsgiAdapter:
         self.router = router
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
-        from infercore.frontends.http_messages import HttpRequest, HttpResponse
-        from infercore.frontends.http_protocol import WANTED_HEADERS
+        from infercore.frontends.http.messages import HttpRequest, HttpResponse
+        from infercore.frontends.http.protocol import WANTED_HEADERS
 
         body = await protocol()
         headers = {}
@@ -115,7 +115,7 @@ def serve(stack: str, repository: str, host: str, port: int) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     import infercore
-    from infercore.frontends import http as http_frontend
+    from infercore.frontends.http import server as http_frontend
 
     server = infercore.Server(model_repository=repository, log_info=False)
     server.start()
@@ -130,7 +130,7 @@ def serve(stack: str, repository: str, host: str, port: int) -> None:
                 from infercore.frontends import loop_frontend
 
                 loop_frontend.new_event_loop = asyncio.new_event_loop
-            from infercore.frontends import http_protocol
+            from infercore.frontends.http import protocol as http_protocol
 
             if stack == "infercore-task":
                 http_protocol.start_eagerly = lambda coro: coro
@@ -211,9 +211,9 @@ def inprocess(repository: str, calls: int) -> None:
     import uvloop
 
     import infercore
-    from infercore.frontends.http_eager import Suspended
-    from infercore.frontends.http_messages import HttpRequest, serialize_head
-    from infercore.frontends.http_protocol import start_eagerly
+    from infercore.frontends.http.eager import Suspended
+    from infercore.frontends.http.messages import HttpRequest, serialize_head
+    from infercore.frontends.http.protocol import start_eagerly
 
     server = infercore.Server(model_repository=repository, log_info=False)
     server.start()

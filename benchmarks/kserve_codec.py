@@ -24,7 +24,8 @@ _MEASURE = r'''
 import json, sys, time
 import numpy as np
 from tritonclient.grpc import service_pb2
-from infercore.frontends import grpc_codec, grpc_encode, http_decode, http_encode
+from infercore.frontends.grpc import codec as grpc_codec, encode as grpc_encode
+from infercore.frontends.http import decode as http_decode, encode as http_encode
 from infercore.frontends.shm import SystemSharedMemory
 from infercore.remote import grpc_transport, http_codec
 from infercore.request import InferRequest

@@ -25,10 +25,10 @@ from infercore.cli import (
     serve_extras,
 )
 from infercore.errors import InvalidArgumentError
-from infercore.frontends import grpc as grpc_frontend
-from infercore.frontends import http as http_frontend
 from infercore.frontends import metrics as metrics_frontend
 from infercore.frontends import sagemaker, vertex_ai
+from infercore.frontends.grpc import server as grpc_frontend
+from infercore.frontends.http import server as http_frontend
 from infercore.frontends.restricted import Restriction
 from infercore.launch import (
     TABLE_WIDTH,
@@ -478,8 +478,8 @@ def test_main_builds_options_warns_and_serves(monkeypatch, capsys, caplog, tmp_p
     assert served["options"].repositories == (tmp_path,)
     assert served["options"].strict_model_config
     assert served["extras"].pinned_memory_pool_byte_size == 64
-    assert [m.__name__.rsplit(".", 1)[1] for m in served["modules"]] == [
-        "http", "grpc", "sagemaker", "vertex_ai", "metrics"]
+    assert [m.__name__.removeprefix("infercore.frontends.") for m in served["modules"]] == [
+        "http.server", "grpc.server", "sagemaker", "vertex_ai", "metrics"]
     assert served["extras"].notes == (
         "--pinned-memory-pool-byte-size has no effect here: infercore manages no GPU memory",)
     err = capsys.readouterr().err

@@ -143,9 +143,9 @@ def test_layering_contract_is_kept() -> None:
     # a backend importing the engine
     ("infercore.backends.python.backend", "infercore.model", "Layers"),
     # the engine importing a frontend
-    ("infercore.model", "infercore.frontends.http", "Nothing but the entry points"),
+    ("infercore.model", "infercore.frontends.http.server", "Nothing but the entry points"),
     # a frontend reaching behind the in-process API
-    ("infercore.frontends.http_infer", "infercore.scheduling.base", "frontends/ use"),
+    ("infercore.frontends.http.infer", "infercore.scheduling.base", "frontends/ use"),
 ])
 def test_layering_contract_catches(importer: str, imported: str, contract: str) -> None:
     code, out = _lint(importer, imported)

@@ -408,7 +408,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
 def _frontend_modules() -> list[Any]:
     """Each frontend module adds its flags and builds its frontend from the parsed args
     (SageMaker's and Vertex AI's build none: infercore has neither frontend)."""
-    from .frontends import grpc, http, metrics, sagemaker, vertex_ai
+    from .frontends import metrics, sagemaker, vertex_ai
+    from .frontends.grpc import server as grpc
+    from .frontends.http import server as http
 
     return [http, grpc, sagemaker, vertex_ai, metrics]
 

@@ -220,8 +220,10 @@ def stop_in_order(endpoints: Sequence[Endpoint], timeout: float,
 # endpoint of that kind first starts: nothing imports frontends/, so the engine and the
 # in-process API stay below them (docs/architecture.md, the import-linter contract)
 _FRONTENDS: dict[str, tuple[str, str | None]] = {
-    "http": ("infercore.frontends.http:HttpFrontend", "infercore.frontends.http:HttpOptions"),
-    "grpc": ("infercore.frontends.grpc:GrpcFrontend", "infercore.frontends.grpc:GrpcOptions"),
+    "http": ("infercore.frontends.http.server:HttpFrontend",
+             "infercore.frontends.http.server:HttpOptions"),
+    "grpc": ("infercore.frontends.grpc.server:GrpcFrontend",
+             "infercore.frontends.grpc.server:GrpcOptions"),
     "metrics": ("infercore.frontends.metrics:MetricsFrontend", None),
 }
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from infercore.frontends.busy_poll import BusyPoll
+from infercore.frontends.http.busy_poll import BusyPoll
 
 
 class RecordingLoop(asyncio.SelectorEventLoop):

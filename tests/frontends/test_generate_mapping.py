@@ -15,8 +15,8 @@ from infercore import (
     Tensor,
     TritonError,
 )
-from infercore.frontends.http_generate import decode_generate, encode_generate
-from infercore.frontends.http_json import parse_json
+from infercore.frontends.http.generate import decode_generate, encode_generate
+from infercore.frontends.http.json import parse_json
 
 INPUTS = {
     "text_input": {"name": "text_input", "datatype": "BYTES", "shape": [-1, 1]},

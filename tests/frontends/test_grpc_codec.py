@@ -21,8 +21,8 @@ from infercore import (
     Tensor,
     serialize_bytes_tensor,
 )
-from infercore.frontends.grpc_codec import OutputSpec, decode_request, parse_version
-from infercore.frontends.grpc_encode import encode_response, serialize_response
+from infercore.frontends.grpc.codec import OutputSpec, decode_request, parse_version
+from infercore.frontends.grpc.encode import encode_response, serialize_response
 from infercore.frontends.shm import SystemSharedMemory
 from infercore.tensor import RawInput
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from infercore.frontends.grpc_bridge import LoopBridge
-from infercore.frontends.grpc_core import CoreServer, DirectUnary, LoopStream, LoopUnary, UnaryCall
+from infercore.frontends.grpc.bridge import LoopBridge
+from infercore.frontends.grpc.core import CoreServer, DirectUnary, LoopStream, LoopUnary, UnaryCall
 
 SERVICE = "/test.Service/"
 
@@ -209,8 +209,8 @@ def test_unknown_methods_are_unimplemented_with_no_details(core):
 # process when a batch starts on a shut-down queue, so this runs in a process of its own.
 _LATE_ANSWER = """
 import asyncio, threading, grpc
-from infercore.frontends.grpc_bridge import LoopBridge
-from infercore.frontends.grpc_core import CoreServer, DirectUnary
+from infercore.frontends.grpc.bridge import LoopBridge
+from infercore.frontends.grpc.core import CoreServer, DirectUnary
 
 parked, arrived = [], threading.Event()
 

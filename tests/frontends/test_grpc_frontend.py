@@ -13,9 +13,9 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from infercore import InvalidArgumentError, Server
-from infercore.frontends import grpc as grpc_frontend
 from infercore.frontends import shm
-from infercore.frontends.grpc import GrpcFrontend, GrpcOptions
+from infercore.frontends.grpc import server as grpc_frontend
+from infercore.frontends.grpc.server import GrpcFrontend, GrpcOptions
 from infercore.frontends.shm import registry_for
 
 

@@ -22,9 +22,10 @@ from grpc._cython import cygrpc
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from infercore.frontends import grpc_bridge, grpc_core
-from infercore.frontends.grpc_bridge import LoopBridge
-from infercore.frontends.grpc_core import (
+from infercore.frontends.grpc import bridge as grpc_bridge
+from infercore.frontends.grpc import core as grpc_core
+from infercore.frontends.grpc.bridge import LoopBridge
+from infercore.frontends.grpc.core import (
     CallContext,
     CoreServer,
     DirectUnary,

@@ -24,16 +24,16 @@ from infercore.errors import (
     UnsupportedError,
 )
 from infercore.frontends.classification import classify
-from infercore.frontends.http_decode import (
+from infercore.frontends.http.decode import (
     DecodedInfer,
     OutputPlan,
     decode_infer,
     parse_header_length,
     raw_infer,
 )
-from infercore.frontends.http_encode import encode_infer
-from infercore.frontends.http_header_cache import HeaderCache
-from infercore.frontends.http_messages import (
+from infercore.frontends.http.encode import encode_infer
+from infercore.frontends.http.header_cache import HeaderCache
+from infercore.frontends.http.messages import (
     HttpResponse,
     accepted_encoding,
     compress,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from infercore.frontends.http_eager import Suspended, start_eagerly
-from infercore.frontends.http_messages import HttpResponse
+from infercore.frontends.http.eager import Suspended, start_eagerly
+from infercore.frontends.http.messages import HttpResponse
 
 OK = HttpResponse(200)
 

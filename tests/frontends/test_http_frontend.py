@@ -13,9 +13,9 @@ import pytest
 from sample_models import install_gate
 
 from infercore import Server
-from infercore.frontends import http as http_frontend
 from infercore.frontends import shm
-from infercore.frontends.http import HttpFrontend, HttpOptions
+from infercore.frontends.http import server as http_frontend
+from infercore.frontends.http.server import HttpFrontend, HttpOptions
 
 # The gate model blocks in execute() until the test opens the gate, so a test can hold
 # a request in flight without sleeping. It reports entering, and seeing a cancellation.

@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from infercore import InternalError
-from infercore.frontends.http_json import (
+from infercore.frontends.http.json import (
     JsonObject,
     as_bool,
     as_double,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from infercore.frontends.http_messages import HttpRequest, HttpResponse
-from infercore.frontends.http_protocol import ConnectionSet, HttpConnection
+from infercore.frontends.http.messages import HttpRequest, HttpResponse
+from infercore.frontends.http.protocol import ConnectionSet, HttpConnection
 
 
 class FakeTransport:

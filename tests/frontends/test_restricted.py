@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from infercore.errors import InvalidArgumentError
-from infercore.frontends.grpc_core import Handler, LoopStream, LoopUnary
-from infercore.frontends.http_messages import HttpRequest, HttpResponse
+from infercore.frontends.grpc.core import Handler, LoopStream, LoopUnary
+from infercore.frontends.http.messages import HttpRequest, HttpResponse
 from infercore.frontends.restricted import (
     CATEGORIES,
     GRPC_METHOD_CATEGORIES,

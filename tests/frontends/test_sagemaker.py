@@ -10,7 +10,7 @@ import pytest
 from sample_models import ADD_SUB_CONFIG, ADD_SUB_PY
 
 from infercore import Server
-from infercore.frontends.http import HttpOptions
+from infercore.frontends.http.server import HttpOptions
 from infercore.frontends.sagemaker import SageMakerFrontend, SageMakerSettings, split_model_url
 
 ENSEMBLE = 'name: "pipe"\nplatform: "ensemble"\n'

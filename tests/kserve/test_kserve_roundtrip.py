@@ -18,7 +18,10 @@ import tritonclient.http as triton_http
 from tritonclient.grpc import service_pb2
 
 from infercore.errors import InvalidArgumentError, UnsupportedError
-from infercore.frontends import grpc_codec, grpc_encode, http_decode, http_encode
+from infercore.frontends.grpc import codec as grpc_codec
+from infercore.frontends.grpc import encode as grpc_encode
+from infercore.frontends.http import decode as http_decode
+from infercore.frontends.http import encode as http_encode
 from infercore.frontends.shm import SystemSharedMemory
 from infercore.kserve.params import from_infer_parameter, to_infer_parameter
 from infercore.kserve.tensors import CONTENTS_FIELD, array_bytes, tensor_from_bytes

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from infercore.frontends.grpc_service import _statistics
+from infercore.frontends.grpc.service import _statistics
 from infercore.remote.convert import statistics_from_json
 from infercore.stats import (
     BatchStatistics,

@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 
 from ..errors import InvalidArgumentError
-from .grpc_core import CallContext, DirectUnary, Handler, LoopStream, LoopUnary, UnaryCall
-from .http_messages import HttpRequest, error_response
+from .grpc.core import CallContext, DirectUnary, Handler, LoopStream, LoopUnary, UnaryCall
+from .http.messages import HttpRequest, error_response
 
 __all__ = ["CATEGORIES", "GRPC_HEADER_PREFIX", "GRPC_METHOD_CATEGORIES",
            "GrpcRestrictionAction", "HttpRestrictionAction", "RestrictedFeatures",

@@ -53,12 +53,12 @@ from ..errors import AlreadyExistsError, InvalidArgumentError, TritonError
 from ..server import Server
 from ..triton_order import triton_order
 from .flag_types import boolean, integer, pair
-from .http import HttpFrontend, HttpOptions
-from .http_infer import InferDialect
-from .http_json import JsonObject, parse_json
-from .http_messages import HttpRequest, HttpResponse, error_response
-from .http_protocol import WANTED_HEADERS
-from .http_routes import HttpRouter, Result
+from .http.infer import InferDialect
+from .http.json import JsonObject, parse_json
+from .http.messages import HttpRequest, HttpResponse, error_response
+from .http.protocol import WANTED_HEADERS
+from .http.routes import HttpRouter, Result
+from .http.server import HttpFrontend, HttpOptions
 
 __all__ = ["SageMakerFrontend", "SageMakerOptions", "SageMakerSettings", "add_arguments",
            "from_args", "options_from_args", "split_model_url"]

@@ -39,11 +39,11 @@ from dataclasses import dataclass, replace
 from ..errors import InvalidArgumentError, TritonError
 from ..server import Server
 from .flag_types import boolean, integer
-from .http import HttpFrontend, HttpOptions
-from .http_infer import InferDialect
-from .http_messages import HttpRequest, HttpResponse
-from .http_protocol import WANTED_HEADERS
-from .http_routes import HttpRouter, Result
+from .http.infer import InferDialect
+from .http.messages import HttpRequest, HttpResponse
+from .http.protocol import WANTED_HEADERS
+from .http.routes import HttpRouter, Result
+from .http.server import HttpFrontend, HttpOptions
 from .sagemaker import ADDRESS
 
 __all__ = ["VertexAIOptions", "VertexAIFrontend", "VertexAISettings", "add_arguments",

@@ -35,17 +35,17 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from ..errors import InvalidArgumentError
-from ..server import Server
-from .flag_types import boolean, int_at_least, integer
-from .grpc_bridge import LoopBridge
-from .grpc_core import CallContext, CoreServer, Handler, LoopStream
-from .grpc_infer import InferService
-from .grpc_service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
-from .grpc_stream import StreamSession
-from .loop_frontend import LoopThreadFrontend
-from .restricted import GrpcRestrictionAction, RestrictedFeatures, guard_grpc
-from .shm import SystemSharedMemory, for_clients
+from ...errors import InvalidArgumentError
+from ...server import Server
+from ..flag_types import boolean, int_at_least, integer
+from ..loop_frontend import LoopThreadFrontend
+from ..restricted import GrpcRestrictionAction, RestrictedFeatures, guard_grpc
+from ..shm import SystemSharedMemory, for_clients
+from .bridge import LoopBridge
+from .core import CallContext, CoreServer, Handler, LoopStream
+from .infer import InferService
+from .service import HEALTH_SERVICE, SERVICE, CommonService, health_handlers
+from .stream import StreamSession
 
 __all__ = ["GrpcFrontend", "GrpcOptions", "add_arguments", "from_args"]
 

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..errors import InternalError, InvalidArgumentError
-from ..response import InferResponse
-from ..tensor import DataType, Tensor, serialize_bytes_tensor
-from .classification import classify
-from .http_decode import DecodedInfer, OutputPlan
-from .http_json import json_double
+from ...errors import InternalError, InvalidArgumentError
+from ...response import InferResponse
+from ...tensor import DataType, Tensor, serialize_bytes_tensor
+from ..classification import classify
+from .decode import DecodedInfer, OutputPlan
+from .json import json_double
 
 __all__ = ["ClassificationSource", "EncodedInfer", "encode_infer"]
 

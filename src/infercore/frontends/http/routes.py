@@ -20,26 +20,26 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-from ..caller import Caller
-from ..errors import (
+from ...caller import Caller
+from ...errors import (
     InternalError,
     InvalidArgumentError,
     TritonError,
     UnavailableError,
     UnsupportedError,
 )
-from ..kserve.status import as_triton_error
-from ..log_settings import LOG_FORMATS
-from ..server import Server
-from ..trace_settings import stoi
+from ...kserve.status import as_triton_error
+from ...log_settings import LOG_FORMATS
+from ...server import Server
+from ...trace_settings import stoi
+from ..large_requests import LargeRequests
+from ..shm import SystemSharedMemory
 from .busy_poll import BusyPoll
-from .http_generate import GenerateHandler
-from .http_infer import KSERVE, InferDialect, InferHandler
-from .http_json import JsonObject, parse_json, utf8
-from .http_messages import HttpRequest, HttpResponse, error_response, json_response
-from .http_params import is_uint
-from .large_requests import LargeRequests
-from .shm import SystemSharedMemory
+from .generate import GenerateHandler
+from .infer import KSERVE, InferDialect, InferHandler
+from .json import JsonObject, parse_json, utf8
+from .messages import HttpRequest, HttpResponse, error_response, json_response
+from .params import is_uint
 
 __all__ = ["HttpRouter"]
 

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from ..errors import InvalidArgumentError
-from ..kserve.tensors import CONTENTS_FIELD, FIELD_TYPE, tensor_from_bytes
-from ..request import InferRequest, request_label
-from ..tensor import DataType, RawInput, Tensor, serialize_bytes_tensor
-from .shm import Regions
+from ...errors import InvalidArgumentError
+from ...kserve.tensors import CONTENTS_FIELD, FIELD_TYPE, tensor_from_bytes
+from ...request import InferRequest, request_label
+from ...tensor import DataType, RawInput, Tensor, serialize_bytes_tensor
+from ..shm import Regions
 
 __all__ = ["DecodedRequest", "OutputSpec", "decode_request", "parse_version",
            "split_raw_contents"]

@@ -10,9 +10,9 @@ attempt to access ...", an INTERNAL error).
 
 from __future__ import annotations
 
-from ..errors import InvalidArgumentError
-from ..request import ParameterValue
-from .http_json import as_bool, as_string, as_uint, is_int64, is_uint64, members
+from ...errors import InvalidArgumentError
+from ...request import ParameterValue
+from .json import as_bool, as_string, as_uint, is_int64, is_uint64, members
 
 __all__ = ["RequestFields", "is_uint"]
 

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..errors import InvalidArgumentError, TritonError, UnsupportedError
-from ..kserve.status import http_status
+from ...errors import InvalidArgumentError, TritonError, UnsupportedError
+from ...kserve.status import http_status
 
 if TYPE_CHECKING:
-    from ..observability.trace_record import Trace
+    from ...observability.trace_record import Trace
 
 __all__ = [
     "HttpRequest",

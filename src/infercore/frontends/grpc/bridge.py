@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import grpc
 from grpc._cython import cygrpc
 
-from .grpc_core import (
+from .core import (
     BatchGate,
     LoopHandler,
     LoopStream,

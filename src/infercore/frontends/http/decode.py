@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..errors import InternalError, InvalidArgumentError
-from ..kserve.tensors import tensor_from_bytes
-from ..request import InferRequest, request_label
-from ..tensor import DataType, RawInput, Tensor, serialize_bytes_tensor
-from .http_header_cache import HeaderCache
-from .http_json import (
+from ...errors import InternalError, InvalidArgumentError
+from ...kserve.tensors import tensor_from_bytes
+from ...request import InferRequest, request_label
+from ...tensor import DataType, RawInput, Tensor, serialize_bytes_tensor
+from ..shm import Regions, SharedMemoryRegion
+from .header_cache import HeaderCache
+from .json import (
     as_bool,
     as_double,
     as_int,
@@ -43,8 +44,7 @@ from .http_json import (
     parse_json,
     plain,
 )
-from .http_params import RequestFields
-from .shm import Regions, SharedMemoryRegion
+from .params import RequestFields
 
 __all__ = ["DecodedInfer", "OutputPlan", "decode_infer", "parse_header_length", "raw_infer"]
 

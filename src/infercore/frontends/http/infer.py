@@ -30,17 +30,26 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..caller import Caller
-from ..errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
-from ..kserve.status import as_triton_error
-from ..response import InferResponse, ResponseStream
-from ..server import Server
+from ...caller import Caller
+from ...errors import InternalError, InvalidArgumentError, TritonError, UnsupportedError
+from ...kserve.status import as_triton_error
+from ...response import InferResponse, ResponseStream
+from ...server import Server
+from ..header_forward import compile_forward_pattern
+from ..large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
+from ..shm import RegionUse, SystemSharedMemory
+from ..trace_stamps import (
+    HTTP_RECV_END,
+    HTTP_RECV_START,
+    INFER_RESPONSE_COMPLETE,
+    held_trace,
+    release,
+)
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
-from .header_forward import compile_forward_pattern
-from .http_decode import DecodedInfer, decode_infer, parse_header_length, raw_infer
-from .http_encode import encode_infer
-from .http_header_cache import HeaderCache
-from .http_messages import (
+from .decode import DecodedInfer, decode_infer, parse_header_length, raw_infer
+from .encode import encode_infer
+from .header_cache import HeaderCache
+from .messages import (
     HttpRequest,
     HttpResponse,
     accepted_encoding,
@@ -48,18 +57,9 @@ from .http_messages import (
     decompress,
     error_response,
 )
-from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
-from .shm import RegionUse, SystemSharedMemory
-from .trace_stamps import (
-    HTTP_RECV_END,
-    HTTP_RECV_START,
-    INFER_RESPONSE_COMPLETE,
-    held_trace,
-    release,
-)
 
 if TYPE_CHECKING:
-    from ..observability.trace_record import Trace
+    from ...observability.trace_record import Trace
 
 __all__ = ["InferDialect", "InferHandler", "KSERVE"]
 

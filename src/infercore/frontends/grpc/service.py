@@ -22,13 +22,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ..errors import InvalidArgumentError, UnsupportedError
-from ..kserve.status import as_triton_error, grpc_status
-from ..server import Server
-from ..stats import Duration, ModelStatistics
-from .grpc_codec import parse_version
-from .grpc_core import CallContext, LoopUnary
-from .shm import SystemSharedMemory
+from ...errors import InvalidArgumentError, UnsupportedError
+from ...kserve.status import as_triton_error, grpc_status
+from ...server import Server
+from ...stats import Duration, ModelStatistics
+from ..shm import SystemSharedMemory
+from .codec import parse_version
+from .core import CallContext, LoopUnary
 
 __all__ = ["HEALTH_SERVICE", "SERVICE", "CommonService",
            "health_handlers"]

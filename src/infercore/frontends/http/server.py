@@ -26,17 +26,17 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..caller import Caller
-from ..server import Server
+from ...caller import Caller
+from ...server import Server
+from ..flag_types import boolean, int_at_least, integer
+from ..loop_frontend import LoopThreadFrontend
+from ..restricted import HttpRestrictionAction, RestrictedFeatures, guard_http
+from ..shm import SystemSharedMemory, for_clients
 from .busy_poll import BusyPoll
-from .flag_types import boolean, int_at_least, integer
-from .http_infer import KSERVE, InferDialect
-from .http_messages import HttpRequest
-from .http_protocol import WANTED_HEADERS, ConnectionSet, HttpConnection
-from .http_routes import HttpRouter, Result
-from .loop_frontend import LoopThreadFrontend
-from .restricted import HttpRestrictionAction, RestrictedFeatures, guard_http
-from .shm import SystemSharedMemory, for_clients
+from .infer import KSERVE, InferDialect
+from .messages import HttpRequest
+from .protocol import WANTED_HEADERS, ConnectionSet, HttpConnection
+from .routes import HttpRouter, Result
 
 __all__ = ["HttpFrontend", "HttpOptions", "add_arguments", "from_args"]
 

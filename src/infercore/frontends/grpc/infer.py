@@ -31,24 +31,16 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ..caller import Caller
-from ..errors import InternalError, InvalidArgumentError, UnsupportedError
-from ..handle import Model
-from ..kserve.status import as_triton_error, grpc_status
-from ..response import InferResponse, ResponseStream
-from ..server import Server
-from .grpc_codec import (
-    DecodedRequest,
-    decode_request,
-    parse_version,
-    split_raw_contents,
-)
-from .grpc_core import DirectUnary, UnaryCall, compression_metadata
-from .grpc_encode import LabelsFor, encode_response, serialize_response
-from .header_forward import compile_forward_pattern
-from .large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
-from .shm import RegionUse, SystemSharedMemory
-from .trace_stamps import (
+from ...caller import Caller
+from ...errors import InternalError, InvalidArgumentError, UnsupportedError
+from ...handle import Model
+from ...kserve.status import as_triton_error, grpc_status
+from ...response import InferResponse, ResponseStream
+from ...server import Server
+from ..header_forward import compile_forward_pattern
+from ..large_requests import LARGE_REQUEST_BYTES, LargeRequests, costs_much
+from ..shm import RegionUse, SystemSharedMemory
+from ..trace_stamps import (
     GRPC_SEND_END,
     GRPC_SEND_START,
     GRPC_WAITREAD_END,
@@ -57,6 +49,14 @@ from .trace_stamps import (
     held_trace,
     release,
 )
+from .codec import (
+    DecodedRequest,
+    decode_request,
+    parse_version,
+    split_raw_contents,
+)
+from .core import DirectUnary, UnaryCall, compression_metadata
+from .encode import LabelsFor, encode_response, serialize_response
 
 __all__ = ["InferService", "Prepared", "prepare"]
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..request import InferRequest
-from ..tensor import DataType, Tensor, deserialize_bytes_tensor
-from .http_params import RequestFields
+from ...errors import InvalidArgumentError
+from ...request import InferRequest
+from ...tensor import DataType, Tensor, deserialize_bytes_tensor
+from .params import RequestFields
 
 if TYPE_CHECKING:
-    from .http_decode import OutputPlan
+    from .decode import OutputPlan
 
 __all__ = ["HeaderCache", "HeaderPlan"]
 

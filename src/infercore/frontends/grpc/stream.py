@@ -31,15 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from ..errors import InternalError, TritonError, UnavailableError
-from ..kserve.status import as_triton_error, grpc_status
-from ..response import InferResponse, ResponseStream
-from ..server import Server
-from .grpc_core import CallContext
-from .grpc_encode import encode_response
-from .grpc_infer import Prepared, parse_request, prepare
-from .shm import SystemSharedMemory
-from .trace_stamps import (
+from ...errors import InternalError, TritonError, UnavailableError
+from ...kserve.status import as_triton_error, grpc_status
+from ...response import InferResponse, ResponseStream
+from ...server import Server
+from ..shm import SystemSharedMemory
+from ..trace_stamps import (
     GRPC_SEND_END,
     GRPC_SEND_START,
     GRPC_WAITREAD_END,
@@ -48,9 +45,12 @@ from .trace_stamps import (
     held_trace,
     release,
 )
+from .core import CallContext
+from .encode import encode_response
+from .infer import Prepared, parse_request, prepare
 
 if TYPE_CHECKING:
-    from ..observability.trace_record import Trace
+    from ...observability.trace_record import Trace
 
 __all__ = ["StreamSession"]
 

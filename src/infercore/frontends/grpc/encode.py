@@ -16,14 +16,14 @@ from collections.abc import Callable, Mapping
 
 from tritonclient.grpc import service_pb2
 
-from ..errors import InternalError, UnsupportedError
-from ..kserve.params import to_infer_parameter
-from ..kserve.tensors import array_bytes
-from ..response import InferResponse
-from ..tensor import DataType
-from .classification import classify
-from .grpc_codec import OutputSpec
-from .shm import SystemSharedMemory
+from ...errors import InternalError, UnsupportedError
+from ...kserve.params import to_infer_parameter
+from ...kserve.tensors import array_bytes
+from ...response import InferResponse
+from ...tensor import DataType
+from ..classification import classify
+from ..shm import SystemSharedMemory
+from .codec import OutputSpec
 
 __all__ = ["LabelsFor", "encode_response", "serialize_response"]
 

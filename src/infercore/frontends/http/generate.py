@@ -34,17 +34,17 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..caller import Caller
-from ..errors import InternalError, InvalidArgumentError, TritonError
-from ..generate_schema import generate_shape
-from ..kserve.status import as_triton_error
-from ..request import InferRequest, ParameterValue
-from ..response import InferResponse, ResponseStream
-from ..server import Server
-from ..tensor import DataType, Tensor
+from ...caller import Caller
+from ...errors import InternalError, InvalidArgumentError, TritonError
+from ...generate_schema import generate_shape
+from ...kserve.status import as_triton_error
+from ...request import InferRequest, ParameterValue
+from ...response import InferResponse, ResponseStream
+from ...server import Server
+from ...tensor import DataType, Tensor
 from .busy_poll import BusyPoll, hold_while_a_thread_answers
-from .http_json import JsonObject, json_double, json_string, parse_json, utf8
-from .http_messages import HttpRequest, HttpResponse, error_response
+from .json import JsonObject, json_double, json_string, parse_json, utf8
+from .messages import HttpRequest, HttpResponse, error_response
 
 __all__ = ["GenerateHandler", "decode_generate", "encode_generate"]
 

@@ -56,9 +56,11 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from ..large_requests import LARGE_REQUEST_BYTES, LargeRequests
+from ..trace_stamps import HTTP_SEND_END, HTTP_SEND_START
 from .busy_poll import BusyPoll
-from .http_eager import Suspended, start_eagerly
-from .http_messages import (
+from .eager import Suspended, start_eagerly
+from .messages import (
     LAST_CHUNK,
     HttpRequest,
     HttpResponse,
@@ -66,11 +68,9 @@ from .http_messages import (
     error_response,
     serialize_head,
 )
-from .large_requests import LARGE_REQUEST_BYTES, LargeRequests
-from .trace_stamps import HTTP_SEND_END, HTTP_SEND_START
 
 if TYPE_CHECKING:
-    from ..observability.tracing import Tracer
+    from ...observability.tracing import Tracer
 
 __all__ = ["ConnectionSet", "HttpConnection", "WANTED_HEADERS"]
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..response import ResponseStream
+    from ...response import ResponseStream
 
 # After a request was answered by a thread of this process, no polling for this long.
 _QUIET_AFTER_HOLD_NS = 10_000_000

@@ -32,7 +32,7 @@ import re
 import struct
 from typing import Any
 
-from ..errors import InternalError
+from ...errors import InternalError
 
 __all__ = ["JsonObject", "as_bool", "as_double", "as_int", "as_string", "as_uint", "is_int64",
            "is_uint64", "json_double", "json_string", "member_as_array", "member_as_string",
