@@ -4,7 +4,7 @@
 
 A process-isolated instance's worker turns each EXECUTE frame into pb_utils requests,
 runs the model's ``execute``, and copies the responses' outputs into its output ring
-(backends/python/worker_runtime.py). This drives that code, ``WorkerRuntime._execute``,
+(backends/python/worker/runtime.py). This drives that code, ``WorkerRuntime._execute``,
 directly in this process: the inputs staged once in an input arena, the frames' sends
 discarded, the ring's chunks marked consumed after each execution as the server would.
 The model is add_sub answering each request separately (as the bench harness's model
@@ -42,19 +42,19 @@ from tritonclient.grpc import model_config_pb2
 
 from infercore.backends.base import InstanceInfo, ModelContext
 from infercore.backends.python.backend import PythonBackend
-from infercore.backends.python.worker_arena import (
+from infercore.backends.python.ipc.arena import (
     ArenaView,
     InputArena,
     OutputRing,
     create_memory_file,
 )
-from infercore.backends.python.worker_protocol import (
+from infercore.backends.python.ipc.protocol import (
     EXECUTE,
     FrameReader,
     read_outputs,
     stage_inputs,
 )
-from infercore.backends.python.worker_runtime import WorkerRuntime, _Outbox
+from infercore.backends.python.worker.runtime import WorkerRuntime, _Outbox
 from infercore.tensor import DataType, Tensor
 from infercore.testing import RepositoryBuilder
 

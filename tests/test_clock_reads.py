@@ -21,7 +21,7 @@ CLOCK_READS = frozenset(("monotonic", "monotonic_ns", "perf_counter", "perf_coun
 # Not the engine (clock.py's rule): network frontends, the client, the process's own
 # start and stop, and code that runs in another process with no clock handed in.
 EDGES = ("frontends/", "remote/", "launch.py", "serving.py", "cli.py", "supervisor.py",
-         "backends/python/worker_runtime.py", "ray/host.py")
+         "backends/python/worker/runtime.py", "ray/host.py")
 
 # (module, function) -> why it may read time itself
 ALLOWED = {
@@ -39,7 +39,7 @@ ALLOWED = {
         "the caller's own wait for its answer, in the caller's seconds",
     ("request_trace.py", "Trace.report_activity"):
         "a caller's custom activity, documented on time.monotonic_ns's clock",
-    ("backends/python/isolated_worker.py", "WorkerHandle.finalize"):
+    ("backends/python/isolation/worker_handle.py", "WorkerHandle.finalize"):
         "bounds waiting for the worker process to exit (an OS wait no clock can wake)",
 }
 

@@ -19,7 +19,7 @@ from infercore import (
 )
 from infercore.backends.base import InstanceInfo, ModelContext
 from infercore.backends.python.backend import PythonBackend
-from infercore.backends.python.pb_metrics import use_metrics_backend
+from infercore.backends.python.pb_utils.metrics import use_metrics_backend
 from infercore.config import parse_model_config
 from infercore.observability.custom_metrics import REGISTRY, CustomMetricsRegistry
 

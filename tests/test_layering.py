@@ -146,6 +146,13 @@ def test_layering_contract_is_kept() -> None:
     ("infercore.model", "infercore.frontends.http.server", "Nothing but the entry points"),
     # a frontend reaching behind the in-process API
     ("infercore.frontends.http.infer", "infercore.scheduling.base", "frontends/ use"),
+    # the two sides of a process-isolated Python instance reaching past ipc/
+    ("infercore.backends.python.worker.runtime",
+     "infercore.backends.python.isolation.worker_handle", "backends/python: isolation/ and"),
+    ("infercore.backends.python.isolation.bls", "infercore.backends.python.worker.bls",
+     "backends/python: isolation/ imports"),
+    ("infercore.backends.python.ipc.protocol", "infercore.backends.python.backend",
+     "backends/python: ipc/"),
 ])
 def test_layering_contract_catches(importer: str, imported: str, contract: str) -> None:
     code, out = _lint(importer, imported)

@@ -28,7 +28,7 @@ from tritonclient.grpc import model_config_pb2
 
 from infercore.backends.base import InstanceInfo, ModelContext
 from infercore.backends.python.backend import PythonBackend
-from infercore.backends.python.isolated import (
+from infercore.backends.python.isolation.instances import (
     InstanceState,
     IsolatedInstance,
     IsolatedModel,

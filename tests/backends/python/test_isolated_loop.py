@@ -22,7 +22,7 @@ import pytest
 from test_isolated_server import ADD_SUB_PY, add_sub_config
 
 from infercore import Server
-from infercore.backends.python.isolated_worker import WorkerHandle
+from infercore.backends.python.isolation.worker_handle import WorkerHandle
 from infercore.caller import Caller
 from infercore.dispatch import AttachedLoop, attach_loop, detach_loop
 from infercore.errors import InternalError
@@ -261,7 +261,7 @@ def test_a_detached_loop_finishes_its_payload_before_it_closes(repo: RepositoryB
 
 async def test_a_failure_reading_the_answer_fails_the_payload_and_the_loop_goes_on(
         server: Server, caller: AttachedLoop, monkeypatch: pytest.MonkeyPatch):
-    from infercore.backends.python import isolated_worker
+    from infercore.backends.python.isolation import worker_handle as isolated_worker
 
     deliver = isolated_worker.WorkerHandle._deliver
     calls = []

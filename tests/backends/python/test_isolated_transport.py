@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from infercore.backends.python.worker_arena import (
+from infercore.backends.python.ipc.arena import (
     ALIGN,
     RING_HEADER,
     ArenaView,
@@ -18,7 +18,7 @@ from infercore.backends.python.worker_arena import (
     OutputRing,
     create_memory_file,
 )
-from infercore.backends.python.worker_protocol import (
+from infercore.backends.python.ipc.protocol import (
     RESPONSE,
     FrameReader,
     encode_frame,
@@ -29,7 +29,7 @@ from infercore.backends.python.worker_protocol import (
     stage_leased,
     write_outputs,
 )
-from infercore.backends.python.worker_runtime import _Outbox, _WorkerRequest, _WorkerSender
+from infercore.backends.python.worker.runtime import _Outbox, _WorkerRequest, _WorkerSender
 from infercore.errors import InternalError, UnsupportedError
 from infercore.tensor import DataType, MemoryType
 from infercore.tensor import Tensor as CoreTensor

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import triton_python_backend_utils as pb_utils
-from infercore.backends.python.pb_args import as_array, as_int, as_list, as_str, refused
-from infercore.backends.python.pb_request import _Scope, use_scope
+from infercore.backends.python.pb_utils.args import as_array, as_int, as_list, as_str, refused
+from infercore.backends.python.pb_utils.request import _Scope, use_scope
 from infercore.request import InferRequest
 from infercore.response import ResponseSender, ResponseStream
 

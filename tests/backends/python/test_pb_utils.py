@@ -14,8 +14,8 @@ from tritonclient.grpc import model_config_pb2
 
 import triton_python_backend_utils as pb_utils
 from infercore.backends.python import pb_utils as infercore_pb_utils
-from infercore.backends.python.pb_request import _Scope, use_scope
-from infercore.backends.python.pb_tensor import _from_core, _to_core
+from infercore.backends.python.pb_utils.request import _Scope, use_scope
+from infercore.backends.python.pb_utils.tensor import _from_core, _to_core
 from infercore.errors import ErrorCode
 from infercore.request import InferRequest
 from infercore.response import ResponseSender, ResponseStream

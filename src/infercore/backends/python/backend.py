@@ -38,12 +38,12 @@ from ...payload import Payload
 from ..base import InstanceInfo, ModelContext
 from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
 from .coroutines import CoroutineLoop
-from .isolated import IsolatedModel, default_execution_mode, isolation_from_config
+from .isolation.instances import IsolatedModel, default_execution_mode, isolation_from_config
 from .loader import LAZY_SIBLINGS, load_model_class, model_package, unload_model_class
-from .model_config_api import ModelConfig, config_to_json
-from .pb_error import python_error_text
-from .pb_metrics import use_metrics_backend
-from .pb_request import (
+from .pb_utils.error import python_error_text
+from .pb_utils.metrics import use_metrics_backend
+from .pb_utils.model_config import ModelConfig, config_to_json
+from .pb_utils.request import (
     InferenceRequest,
     InferenceResponse,
     _Scope,

@@ -39,9 +39,9 @@ from ...errors import TritonError as CoreTritonError
 from ...request import InferRequest
 from ...tensor import DataType, MemoryType
 from ...tensor import Tensor as CoreTensor
-from .pb_error import TritonModelException, python_error_text
-from .pb_request import InferenceRequest, InferenceResponse
-from .pb_tensor import Tensor, _from_core, _to_core
+from .pb_utils.error import TritonModelException, python_error_text
+from .pb_utils.request import InferenceRequest, InferenceResponse
+from .pb_utils.tensor import Tensor, _from_core, _to_core
 
 if TYPE_CHECKING:
     from ...payload import Payload

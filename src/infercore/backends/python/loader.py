@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InternalError, InvalidArgumentError
-from .pb_request import current_scope
+from .pb_utils.request import current_scope
 
 __all__ = ["LAZY_SIBLINGS", "MODEL_CLASS_NAME", "load_model_class", "model_package",
            "unload_model_class"]

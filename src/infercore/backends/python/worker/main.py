@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 
-from .worker_spawner import FS_EXITED, FS_FAILED, FS_HELLO, FS_SPAWNED
+from ..ipc.spawner import FS_EXITED, FS_FAILED, FS_HELLO, FS_SPAWNED
 
 __all__ = ["main", "run_worker"]
 
@@ -45,7 +45,7 @@ def _prctl(option: int, value: int | bytes) -> None:
 def run_worker(name: str, fds: list[int], fork_server_pid: int = 0) -> int:
     """Serve one instance over ``fds`` = [payload socket, answer socket, event socket,
     input file, output file, BLS file]."""
-    from .worker_runtime import WorkerRuntime
+    from .runtime import WorkerRuntime
 
     # `ps` and `top` show which instance a worker runs (the kernel keeps 15 bytes).
     _prctl(_PR_SET_NAME, name.encode("utf-8", "replace")[:15])
@@ -70,7 +70,8 @@ def _serve_forks(sock: socket.socket) -> None:
     # Imported once here, inherited by every worker: this is what makes forking fast.
     import numpy  # noqa: F401
 
-    from . import backend, worker_runtime  # noqa: F401
+    from .. import backend  # noqa: F401
+    from . import runtime  # noqa: F401
 
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)
@@ -115,7 +116,7 @@ def _serve_forks(sock: socket.socket) -> None:
                 code = run_worker(name, list(fds), own_pid)
             finally:
                 # Never return into the fork server's loop.
-                from .worker_runtime import exit_now
+                from .runtime import exit_now
 
                 exit_now(code)
         for fd in fds:
@@ -142,7 +143,7 @@ def main() -> None:
     if mode == "spawn":
         name, *fds = arguments
         code = run_worker(name, [int(fd) for fd in fds])
-        from .worker_runtime import exit_now
+        from .runtime import exit_now
 
         exit_now(code)
     sys.exit(f"unknown worker mode {mode!r}")

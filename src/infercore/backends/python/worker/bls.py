@@ -37,12 +37,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...errors import TritonError, error_from_code
-from ...request import InferRequest
-from ...response import ResponseSender, ResponseStream
-from .worker_arena import ArenaView, InputArena
-from .worker_calls import PendingCalls
-from .worker_protocol import (
+from ....errors import TritonError, error_from_code
+from ....request import InferRequest
+from ....response import ResponseSender, ResponseStream
+from ..ipc.arena import ArenaView, InputArena
+from ..ipc.protocol import (
     BLS_CANCEL,
     BLS_REQUEST,
     CONTROL,
@@ -55,6 +54,7 @@ from .worker_protocol import (
     release_block,
     stage_leased,
 )
+from .calls import PendingCalls
 
 __all__ = ["BlsClient", "RemoteControl"]
 

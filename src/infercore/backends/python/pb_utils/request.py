@@ -26,19 +26,19 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ...errors import NotFoundError
-from ...errors import TritonError as CoreTritonError
-from ...request import NO_TRACE, InferRequest, ParameterValue, TraceHandle
-from ...response import InferResponse, ResponseSender, ResponseStream
-from .pb_args import as_int, as_list, as_str, refused
-from .pb_error import TritonError, TritonModelException
-from .pb_json import triton_json
-from .pb_tensor import Tensor, _from_core, _to_core
+from ....errors import NotFoundError
+from ....errors import TritonError as CoreTritonError
+from ....request import NO_TRACE, InferRequest, ParameterValue, TraceHandle
+from ....response import InferResponse, ResponseSender, ResponseStream
+from ..pb_json import triton_json
+from .args import as_int, as_list, as_str, refused
+from .error import TritonError, TritonModelException
+from .tensor import Tensor, _from_core, _to_core
 
 if TYPE_CHECKING:
     from collections.abc import Generator
 
-    from ..base import ModelControl
+    from ...base import ModelControl
 
 __all__ = [
     "InferenceRequest",

@@ -59,14 +59,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InternalError, error_from_code
-from ...payload import Payload
-from ..base import CustomMetrics, InstanceInfo, ModelControl
-from .isolated_bls import BlsCalls, Infer
-from .isolated_inflight import Inflight, InflightTable, fail
-from .isolated_metrics import WorkerMetrics
-from .worker_arena import ArenaView, InputArena, create_memory_file
-from .worker_protocol import (
+from ....errors import InternalError, error_from_code
+from ....payload import Payload
+from ...base import CustomMetrics, InstanceInfo, ModelControl
+from ..ipc.arena import ArenaView, InputArena, create_memory_file
+from ..ipc.protocol import (
     BLS_CANCEL,
     BLS_REQUEST,
     CONTROL,
@@ -90,7 +87,10 @@ from .worker_protocol import (
     read_outputs,
     stage_inputs,
 )
-from .worker_spawner import WorkerProcess, spawn_worker
+from ..ipc.spawner import WorkerProcess, spawn_worker
+from .bls import BlsCalls, Infer
+from .inflight import Inflight, InflightTable, fail
+from .metrics import WorkerMetrics
 
 __all__ = ["WorkerHandle", "WorkerSettings", "WorkerUnreachable"]
 

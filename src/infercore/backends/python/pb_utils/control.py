@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ...errors import TritonError as CoreTritonError
-from ..base import ModelControl
-from .pb_args import as_str, refused
-from .pb_error import TritonModelException
-from .pb_request import current_scope
+from ....errors import TritonError as CoreTritonError
+from ...base import ModelControl
+from .args import as_str, refused
+from .error import TritonModelException
+from .request import current_scope
 
 __all__ = ["is_model_ready", "load_model", "unload_model"]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...custom_metric_rules import MetricKind
-from ...errors import InternalError, TritonError, UnavailableError
-from ..base import CustomMetrics
-from .worker_protocol import (
+from ....custom_metric_rules import MetricKind
+from ....errors import InternalError, TritonError, UnavailableError
+from ...base import CustomMetrics
+from ..ipc.protocol import (
     METRIC_REPLY,
     OP_DROP,
     OP_FAMILY,

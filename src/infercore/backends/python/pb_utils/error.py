@@ -13,8 +13,8 @@ import os
 import traceback
 from types import TracebackType
 
-from ...errors import ErrorCode, error_from_code
-from ...errors import TritonError as CoreTritonError
+from ....errors import ErrorCode, error_from_code
+from ....errors import TritonError as CoreTritonError
 
 __all__ = ["TritonError", "TritonModelException", "python_error_text"]
 

@@ -36,7 +36,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ...errors import InternalError
+from ....errors import InternalError
 
 __all__ = ["FORKSERVER", "SPAWN", "START_METHODS", "WorkerProcess", "spawn_worker"]
 
@@ -44,7 +44,7 @@ FORKSERVER = "forkserver"
 SPAWN = "spawn"
 START_METHODS = (FORKSERVER, SPAWN)
 
-_ENTRY = "from infercore.backends.python.worker_main import main; main()"
+_ENTRY = "from infercore.backends.python.worker.main import main; main()"
 _JOIN_TIMEOUT_S = 5.0
 
 # fork server messages (marshal tuples on a SOCK_SEQPACKET socket)

@@ -29,9 +29,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...errors import InternalError, TritonError, UnavailableError, error_from_code
-from ...request import InferRequest
-from ...tensor import Tensor as CoreTensor
+from ....errors import InternalError, TritonError, UnavailableError, error_from_code
+from ....request import InferRequest
+from ....tensor import Tensor as CoreTensor
 
 __all__ = ["Inflight", "InflightTable"]
 

@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import UnsupportedError
-from ...tensor import DataType, MemoryType, deserialize_bytes_tensor, serialize_bytes_tensor
-from ...tensor import Tensor as CoreTensor
-from .worker_arena import (
+from ....errors import UnsupportedError
+from ....tensor import DataType, MemoryType, deserialize_bytes_tensor, serialize_bytes_tensor
+from ....tensor import Tensor as CoreTensor
+from .arena import (
     ALIGN,
     BLOCK_HEADER,
     RELEASED,

@@ -52,17 +52,13 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from ...errors import InternalError, TritonError
-from ...payload import Payload
-from ...request import InferRequest
-from ...tensor import Tensor as CoreTensor
-from ..base import InstanceInfo, ModelContext
-from .pb_error import python_error_text
-from .pb_metrics import use_metrics_backend
-from .worker_arena import ArenaView, InputArena, OutputRing
-from .worker_bls import BlsClient, RemoteControl
-from .worker_metrics import RemoteMetrics
-from .worker_protocol import (
+from ....errors import InternalError, TritonError
+from ....payload import Payload
+from ....request import InferRequest
+from ....tensor import Tensor as CoreTensor
+from ...base import InstanceInfo, ModelContext
+from ..ipc.arena import ArenaView, InputArena, OutputRing
+from ..ipc.protocol import (
     BLS_RESPONSE,
     CONTROL_REPLY,
     DONE,
@@ -85,6 +81,10 @@ from .worker_protocol import (
     read_inputs,
     write_outputs,
 )
+from ..pb_utils.error import python_error_text
+from ..pb_utils.metrics import use_metrics_backend
+from .bls import BlsClient, RemoteControl
+from .metrics import RemoteMetrics
 
 __all__ = ["EXIT_SERVER_GONE", "WorkerRuntime", "exit_now"]
 
@@ -401,7 +401,7 @@ class WorkerRuntime:
                 logging.getLogger(name).setLevel(level)
 
     def _create(self, settings: dict[str, Any]) -> bool:
-        from .backend import PythonBackend  # the in-thread runtime, reused as is
+        from ..backend import PythonBackend  # the in-thread runtime, reused as is
 
         config = model_config_pb2.ModelConfig()
         config.ParseFromString(settings["config"])

@@ -32,16 +32,15 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...custom_metric_rules import (
+from ....custom_metric_rules import (
     MetricKind,
     check_family,
     check_update,
     metric_key,
     metric_value,
 )
-from ...errors import InvalidArgumentError
-from .worker_calls import PendingCalls
-from .worker_protocol import (
+from ....errors import InvalidArgumentError
+from ..ipc.protocol import (
     METRIC,
     OP_DROP,
     OP_FAMILY,
@@ -51,6 +50,7 @@ from .worker_protocol import (
     OP_SET,
     OP_VALUE,
 )
+from .calls import PendingCalls
 
 __all__ = ["RemoteMetric", "RemoteMetricFamily", "RemoteMetrics"]
 

@@ -17,17 +17,17 @@ import enum
 import logging
 from typing import Any
 
-from .model_config_api import (
+from .args import as_str, refused
+from .control import is_model_ready, load_model, unload_model
+from .error import TritonError, TritonModelException
+from .metrics import Metric, MetricFamily
+from .model_config import (
     ModelConfig,
     get_input_config_by_name,
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
-from .pb_args import as_str, refused
-from .pb_control import is_model_ready, load_model, unload_model
-from .pb_error import TritonError, TritonModelException
-from .pb_metrics import Metric, MetricFamily
-from .pb_request import (
+from .request import (
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
@@ -43,7 +43,7 @@ from .pb_request import (
     ResponseIterator,
     current_scope,
 )
-from .pb_tensor import (
+from .tensor import (
     TRITON_STRING_TO_NUMPY,
     Tensor,
     deserialize_bytes_tensor,

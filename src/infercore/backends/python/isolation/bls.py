@@ -31,12 +31,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ErrorCode, InternalError, TritonError, UnavailableError
-from ...request import NO_TRACE, InferRequest
-from ...response import InferResponse, ResponseStream
-from ..base import ModelControl
-from .worker_arena import ArenaView, InputArena
-from .worker_protocol import (
+from ....errors import ErrorCode, InternalError, TritonError, UnavailableError
+from ....request import NO_TRACE, InferRequest
+from ....response import InferResponse, ResponseStream
+from ...base import ModelControl
+from ..ipc.arena import ArenaView, InputArena
+from ..ipc.protocol import (
     BLS_RESPONSE,
     CONTROL_IS_READY,
     CONTROL_LOAD,

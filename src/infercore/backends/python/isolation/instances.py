@@ -48,14 +48,14 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
-from ...errors import InternalError, InvalidArgumentError, TritonError
-from ..base import InstanceInfo, InstanceState, ModelContext
-from .isolated_worker import WorkerHandle, WorkerSettings, WorkerUnreachable
-from .readiness import all_ready
-from .worker_spawner import FORKSERVER, START_METHODS
+from ....errors import InternalError, InvalidArgumentError, TritonError
+from ...base import InstanceInfo, InstanceState, ModelContext
+from ..ipc.spawner import FORKSERVER, START_METHODS
+from ..readiness import all_ready
+from .worker_handle import WorkerHandle, WorkerSettings, WorkerUnreachable
 
 if TYPE_CHECKING:
-    from ...payload import Payload
+    from ....payload import Payload
 
 __all__ = [
     "MODE_PROCESS",

@@ -17,8 +17,8 @@ from typing import Any
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
-from ...config.render import model_config_from_json, model_config_to_json
-from ...errors import TritonError as CoreTritonError
+from ....config.render import model_config_from_json, model_config_to_json
+from ....errors import TritonError as CoreTritonError
 
 __all__ = [
     "ModelConfig",

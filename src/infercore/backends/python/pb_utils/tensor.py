@@ -18,13 +18,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ...errors import TritonError as CoreTritonError
-from ...tensor import DataType, MemoryType
-from ...tensor import Tensor as CoreTensor
-from ...tensor import deserialize_bytes_tensor as _core_deserialize
-from ...tensor import serialize_bytes_tensor as _core_serialize
-from .pb_args import as_array, as_str
-from .pb_error import TritonModelException
+from ....errors import TritonError as CoreTritonError
+from ....tensor import DataType, MemoryType
+from ....tensor import Tensor as CoreTensor
+from ....tensor import deserialize_bytes_tensor as _core_deserialize
+from ....tensor import serialize_bytes_tensor as _core_serialize
+from .args import as_array, as_str
+from .error import TritonModelException
 
 __all__ = [
     "TRITON_STRING_TO_NUMPY",

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import error_from_code
+from ....errors import error_from_code
 
 __all__ = ["PendingCalls"]
 

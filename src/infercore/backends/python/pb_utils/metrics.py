@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ...custom_metric_rules import MetricKind
-from ...errors import TritonError as CoreTritonError
-from .pb_error import TritonModelException
+from ....custom_metric_rules import MetricKind
+from ....errors import TritonError as CoreTritonError
+from .error import TritonModelException
 
 __all__ = ["Metric", "MetricFamily", "MetricsBackend", "use_metrics_backend"]
 
