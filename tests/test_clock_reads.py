@@ -21,7 +21,7 @@ CLOCK_READS = frozenset(("monotonic", "monotonic_ns", "perf_counter", "perf_coun
 # Not the engine (clock.py's rule): network frontends, the client, the process's own
 # start and stop, and code that runs in another process with no clock handed in.
 EDGES = ("frontends/", "remote/", "launch.py", "serving.py", "cli.py", "supervisor.py",
-         "backends/python/worker/runtime.py", "ray/host.py")
+         "backends/python/worker/runtime.py", "backends/ray/host.py")
 
 # (module, function) -> why it may read time itself
 ALLOWED = {

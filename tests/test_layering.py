@@ -142,6 +142,8 @@ def test_layering_contract_is_kept() -> None:
     ("infercore.options", "infercore.observability.metrics", "Layers"),
     # a backend importing the engine
     ("infercore.backends.python.backend", "infercore.model", "Layers"),
+    # the Ray backend's server side importing observability (only its actor host may)
+    ("infercore.backends.ray.model", "infercore.observability.metrics", "Layers"),
     # the engine importing a frontend
     ("infercore.model", "infercore.frontends.http.server", "Nothing but the entry points"),
     # a frontend reaching behind the in-process API

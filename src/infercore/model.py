@@ -45,6 +45,7 @@ from .backends.base import (
     ReadinessCheck,
     device_blocking,
 )
+from .backends.ray import create_backend_model
 from .cache import CacheFill, ResponseCache, caching_sender, request_key
 from .caller import Caller
 from .clock import Clock, MonotonicClock, deadline_after, seconds_until
@@ -57,7 +58,6 @@ from .observability.custom_metrics import CustomMetricsRegistry
 from .observability.trace_record import TracingSender
 from .observability.tracing import Tracer
 from .rate_limiter import RateLimiter, ResourceAsk
-from .ray import create_backend_model
 from .request import InferRequest
 from .response import InferResponse, ResponseSender, ResponseStream
 from .scheduling.base import Scheduler

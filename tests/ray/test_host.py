@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 
 from infercore.backends.base import InstanceInfo
-from infercore.config import normalize_model_config, parse_model_config
-from infercore.errors import InternalError, InvalidArgumentError, UnavailableError
-from infercore.ray.host import HostSpec, InstanceHost
-from infercore.ray.wire import (
+from infercore.backends.ray.host import HostSpec, InstanceHost
+from infercore.backends.ray.wire import (
     STORE_MIN_BYTES,
     RemoteError,
     RemoteResponse,
@@ -22,6 +20,8 @@ from infercore.ray.wire import (
     deliver,
     encode_requests,
 )
+from infercore.config import normalize_model_config, parse_model_config
+from infercore.errors import InternalError, InvalidArgumentError, UnavailableError
 from infercore.request import InferRequest
 from infercore.response import ResponseSender, ResponseStream
 from infercore.tensor import Tensor

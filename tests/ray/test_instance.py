@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from infercore.backends.base import InstanceInfo, ModelContext
+from infercore.backends.ray.host import HostReport
+from infercore.backends.ray.instance import ActorLost, InstanceState, RayInstance
+from infercore.backends.ray.model import RayBackendModel
+from infercore.backends.ray.placement import RayPlacement
+from infercore.backends.ray.wire import RemoteRequest, RemoteResponse, RemoteResult, Stored
 from infercore.config import parse_model_config
 from infercore.errors import InternalError, UnavailableError
 from infercore.payload import Payload
-from infercore.ray.host import HostReport
-from infercore.ray.instance import ActorLost, InstanceState, RayInstance
-from infercore.ray.model import RayBackendModel
-from infercore.ray.placement import RayPlacement
-from infercore.ray.wire import RemoteRequest, RemoteResponse, RemoteResult, Stored
 from infercore.request import InferRequest
 from infercore.response import ResponseSender, ResponseStream
 from infercore.tensor import Tensor

@@ -15,9 +15,9 @@ from tritonclient.grpc import model_config_pb2
 
 from infercore import Server
 from infercore.backends.base import ModelContext
+from infercore.backends.ray import RayPlacement, create_backend_model, placements_from_config
 from infercore.config import parse_model_config
 from infercore.errors import InvalidArgumentError, TritonError
-from infercore.ray import RayPlacement, create_backend_model, placements_from_config
 
 BASE = """
 name: "m"
@@ -151,7 +151,7 @@ def test_hook_gives_the_backends_own_model_when_nothing_is_placed():
 
 def test_hook_refuses_a_placed_model_without_a_cluster(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr("infercore.ray.hook._ray_running", lambda: False)
+    monkeypatch.setattr("infercore.backends.ray.hook._ray_running", lambda: False)
     with pytest.raises(InvalidArgumentError) as raised:
         create_backend_model(_Backend(), _context(config_with("{}")), "")
     assert raised.value.message == (
@@ -179,7 +179,8 @@ def test_server_load_fails_with_the_placement_error_and_keeps_serving(repo):
 
 
 def test_importing_the_engine_never_imports_ray():
-    code = ("import sys, infercore, infercore.model, infercore.ray, infercore.ray.model, "
-            "infercore.ray.instance, infercore.ray.host; "
+    code = ("import sys, infercore, infercore.model, infercore.backends.ray, "
+            "infercore.backends.ray.model, infercore.backends.ray.instance, "
+            "infercore.backends.ray.host; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

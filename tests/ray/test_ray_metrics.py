@@ -10,12 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import model_config_pb2
 
 from infercore.backends.base import ModelContext
+from infercore.backends.ray.metrics import FAMILY_NAMES
+from infercore.backends.ray.model import RayBackendModel
 from infercore.errors import AlreadyExistsError
 from infercore.metrics_settings import MetricsSettings, ModelMetricFamily
 from infercore.observability.custom_metrics import CustomMetricsRegistry, MetricKind
 from infercore.observability.metrics import ServerMetrics
-from infercore.ray.metrics import FAMILY_NAMES
-from infercore.ray.model import RayBackendModel
 from infercore.stats import ModelStats
 
 

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from ..backends.base import BackendInstance, BackendModel, InstanceInfo, ModelContext, get_backend
-from ..errors import InternalError, TritonError
-from ..observability.custom_metrics import REGISTRY as CUSTOM_REGISTRY
-from ..payload import Payload
-from ..response import InferResponse, ResponseSender, ResponseStream
+from ...errors import InternalError, TritonError
+from ...observability.custom_metrics import REGISTRY as CUSTOM_REGISTRY
+from ...payload import Payload
+from ...response import InferResponse, ResponseSender, ResponseStream
+from ..base import BackendInstance, BackendModel, InstanceInfo, ModelContext, get_backend
 from .wire import (
     RemoteError,
     RemoteRequest,

@@ -23,7 +23,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 __all__ = ["PARAM_PREFIX", "STRATEGIES", "RayPlacement", "placements_from_config"]
 

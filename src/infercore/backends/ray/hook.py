@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from ..backends.base import Backend, BackendModel, ModelContext
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
+from ..base import Backend, BackendModel, ModelContext
 from .placement import PARAM_PREFIX, placements_from_config
 
 __all__ = ["create_backend_model"]

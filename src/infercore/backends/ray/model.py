@@ -25,8 +25,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..backends.base import Backend, BackendInstance, BackendModel, InstanceInfo, ModelContext
-from ..metrics_settings import ModelMetricFamily
+from ...metrics_settings import ModelMetricFamily
+from ..base import Backend, BackendInstance, BackendModel, InstanceInfo, ModelContext
 from .instance import Cluster, InstanceState, RayInstance, RayInstanceStatus
 from .metrics import FAMILY_NAMES, instance_families
 from .placement import RayPlacement

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TritonError, error_from_code
-from ..request import InferRequest, ParameterValue
-from ..tensor import DataType, Tensor
+from ...errors import TritonError, error_from_code
+from ...request import InferRequest, ParameterValue
+from ...tensor import DataType, Tensor
 
 __all__ = [
     "STORE_MIN_BYTES",

@@ -44,10 +44,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backends.base import InstanceInfo, InstanceState
-from ..errors import TritonError, UnavailableError
-from ..payload import Payload
-from ..request import InferRequest
+from ...errors import TritonError, UnavailableError
+from ...payload import Payload
+from ...request import InferRequest
+from ..base import InstanceInfo, InstanceState
 from .host import HostReport
 from .placement import RayPlacement
 from .wire import RemoteRequest, RemoteResult, deliver, encode_requests

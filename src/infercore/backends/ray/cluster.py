@@ -26,8 +26,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..backends.base import InstanceInfo
-from ..errors import InternalError, UnavailableError, error_from_code
+from ...errors import InternalError, UnavailableError, error_from_code
+from ..base import InstanceInfo
 from .host import HostReport, HostSpec, InstanceHost, LoadOutcome
 from .instance import ActorLost
 from .placement import RayPlacement

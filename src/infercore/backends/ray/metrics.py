@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..metrics_settings import ModelMetricFamily
+from ...metrics_settings import ModelMetricFamily
 from .instance import InstanceState, RayInstanceStatus
 
 __all__ = ["FAMILY_NAMES", "instance_families"]
