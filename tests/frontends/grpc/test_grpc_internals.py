@@ -34,7 +34,7 @@ from infercore.frontends.grpc.core import (
     UnaryCall,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GRPCIO = grpc.__version__
 SOURCES = [Path(grpc_core.__file__), Path(grpc_bridge.__file__)]
 
@@ -62,8 +62,8 @@ EVENTS = {
 
 
 def _changed(what: str) -> str:
-    return (f"grpcio {GRPCIO} changed its Cython layer: {what}. grpc_core.py / "
-            "grpc_bridge.py rely on it; adapt them or narrow the grpcio pin in pyproject.toml")
+    return (f"grpcio {GRPCIO} changed its Cython layer: {what}. grpc/core.py / "
+            "grpc/bridge.py rely on it; adapt them or narrow the grpcio pin in pyproject.toml")
 
 
 def _pin() -> Requirement:
