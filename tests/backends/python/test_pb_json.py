@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from infercore.backends.python.pb_json import triton_json
-from infercore.backends.python.pb_request import InferenceRequest
-from infercore.backends.python.pb_tensor import Tensor
+from infercore.backends.python.pb_utils.request import InferenceRequest
+from infercore.backends.python.pb_utils.tensor import Tensor
 from infercore.request import InferRequest
 from infercore.tensor import Tensor as CoreTensor
 

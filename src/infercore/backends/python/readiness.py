@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .pb_error import python_error_text
+from .pb_utils.error import python_error_text
 
 __all__ = ["READY_TIMEOUT_S", "ReadinessProbe", "all_ready"]
 
