@@ -111,6 +111,27 @@ def test_exposition_uses_tritons_family_names_and_types(add_sub_repo):
     assert value(text, "nv_cpu_memory_total_bytes") >= value(text, "nv_cpu_memory_used_bytes")
 
 
+def test_exposition_writes_values_and_orders_families_as_triton(add_sub_repo):
+    # recorded by hand from Triton 2.51's /metrics: prometheus-cpp writes 16 significant
+    # digits ("1", "25275973632"), lists the failure reasons OTHER, CANCELED, BACKEND,
+    # REJECTED, the pending count after the durations, and the pinned pool gauges
+    with Server(model_repository=add_sub_repo.path) as server:
+        server.model("add_sub").infer(inputs={"INPUT0": ONES, "INPUT1": ONES}).result()
+        text = server.metrics()
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert 'nv_inference_request_success{model="add_sub",version="1"} 1' in samples
+    assert not [line for line in samples if re.search(r"\.0$|e\+", line)], samples
+    reasons = re.findall(r'nv_inference_request_failure\{[^}]*reason="(\w+)"', text)
+    assert reasons == ["OTHER", "CANCELED", "BACKEND", "REJECTED"]
+    order = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert order.index("nv_inference_compute_output_duration_us") < order.index(
+        "nv_inference_pending_request_count") < order.index(
+        "nv_pinned_memory_pool_total_bytes") < order.index("nv_cpu_utilization")
+    assert "nv_pinned_memory_pool_total_bytes 0" in samples
+    assert "nv_pinned_memory_pool_used_bytes 0" in samples
+    assert int(value(text, "nv_cpu_memory_total_bytes")) > 0
+
+
 def test_failures_count_by_tritons_reasons(repo, gate):
     # a queue policy with a default timeout, which a request's own timeout shortens (the
     # only queue timeouts Triton has)

@@ -49,7 +49,7 @@ from prometheus_client.utils import floatToGoString
 
 from ..clock import MonotonicClock
 from ..metrics_settings import MetricsSettings
-from ..stats import FAILURE_REASONS, Duration, ModelStatistics
+from ..stats import BACKEND, CANCELED, OTHER, REJECTED, Duration, ModelStatistics
 from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from .custom_metrics import CustomMetricsRegistry
 
@@ -199,7 +199,7 @@ class ServerMetrics:
     def render(self) -> str:
         """The Prometheus text exposition (format 0.0.4) of every family, Triton's names."""
         text = generate_latest(self._registry).decode("utf-8")
-        return _triton_counter_names(text)
+        return _triton_values(_triton_counter_names(text))
 
     # -- prometheus_client Collector -------------------------------------------------------
     def collect(self) -> Iterator[PromMetric]:
@@ -207,6 +207,7 @@ class ServerMetrics:
             models = sorted(self._models(), key=lambda m: (m.name, m.version))
             if models:
                 yield from self._model_families(models)
+            yield from _pinned_memory_families()
             if self._cpu is not None:
                 yield from self._cpu_families()
         yield from self._custom.collect()
@@ -230,7 +231,7 @@ class ServerMetrics:
                              "Number of failed inference requests, all batch sizes", "counter")
         for _, snapshot, labels in rows:
             counts = snapshot.fail_reasons.by_reason()
-            for reason in FAILURE_REASONS:
+            for reason in _TRITON_REASON_ORDER:
                 failure.add_sample("nv_inference_request_failure",
                                    {**labels, "reason": reason}, counts[reason])
         yield failure
@@ -240,6 +241,10 @@ class ServerMetrics:
         yield counter("nv_inference_exec_count",
                       "Number of model executions performed (does not include cached "
                       "requests)", lambda s: s.execution_count)
+        if settings.counter_latencies:
+            for name, help_text, field_name in _LATENCIES:
+                yield counter(f"nv_inference_{name}_duration_us", help_text,
+                              functools.partial(_field_us, field_name))
         pending = PromMetric("nv_inference_pending_request_count",
                              "Instantaneous number of pending requests awaiting execution "
                              "per-model.", "gauge")
@@ -247,10 +252,6 @@ class ServerMetrics:
             pending.add_sample("nv_inference_pending_request_count", labels,
                                model.pending_count)
         yield pending
-        if settings.counter_latencies:
-            for name, help_text, field_name in _LATENCIES:
-                yield counter(f"nv_inference_{name}_duration_us", help_text,
-                              functools.partial(_field_us, field_name))
         cached = [row for row in rows if _cache_enabled(row[0])]
         if cached and settings.counter_latencies:
             yield from _cache_families(cached)
@@ -381,6 +382,39 @@ def _first_response_histograms(rows: list[tuple[LoadedModel, ModelStatistics,
         family.add_sample(name + "_sum", labels, histogram.sum)
     if family.samples:
         yield family
+
+
+# nv_inference_request_failure's reasons in the order Triton's families list them
+_TRITON_REASON_ORDER = (OTHER, CANCELED, BACKEND, REJECTED)
+
+
+def _pinned_memory_families() -> Iterator[PromMetric]:
+    """Triton's pinned memory pool gauges: infercore keeps no pinned pool (no GPU copies
+    go through one), so both read 0, as Triton's do on a host without CUDA."""
+    for name, help_text in (("total", "Pinned memory pool total memory size, in bytes"),
+                            ("used", "Pinned memory pool used memory size, in bytes")):
+        family = PromMetric(f"nv_pinned_memory_pool_{name}_bytes", help_text, "gauge")
+        family.add_sample(f"nv_pinned_memory_pool_{name}_bytes", {}, 0)
+        yield family
+
+
+def _triton_values(text: str) -> str:
+    """Sample values as Triton's prometheus-cpp writes them (a stream of 16 significant
+    digits: ``2``, ``0.25``, ``25275973632``), where prometheus_client writes ``2.0`` and
+    ``2.5275973632e+10``; a shell script comparing ``$value -eq 2`` reads Triton's form
+    only. NaN and the infinities keep prometheus_client's spelling."""
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        if math.isfinite(number):
+            lines[index] = f"{head} {number:.16g}"
+    return "\n".join(lines)
 
 
 def _triton_counter_names(text: str) -> str:
