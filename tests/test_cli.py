@@ -170,8 +170,11 @@ def test_gpu_flags_are_accepted_and_only_shown():
         "--pinned-memory-pool-byte-size", "--cuda-memory-pool-byte-size",
         "--min-supported-compute-capability", "--cuda-virtual-address-size",
         "--buffer-manager-thread-count", "--cache-directory",
-        "--repoagent-directory", "--allow-gpu-metrics", "--grpc-infer-allocation-pool-size"]
+        "--repoagent-directory", "--grpc-infer-allocation-pool-size"]
     assert all(" has no effect here: " in note for note in extras.notes)
+    # --allow-gpu-metrics has an effect: the nv_gpu_* families (docs/observability.md)
+    assert opts.gpu_metrics is False
+    assert options_from_args(parse()).gpu_metrics is True
 
 
 def test_the_first_gpu_limit_given_for_a_device_holds_in_device_order():

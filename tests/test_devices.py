@@ -9,7 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from infercore import Options
-from infercore.devices import DeviceMemory, NvmlDevices, check_load_limit, visible_gpus
+from infercore.devices import (
+    DeviceMemory,
+    Devices,
+    GpuSample,
+    NvmlDevices,
+    check_load_limit,
+    visible_gpus,
+)
 from infercore.errors import InvalidArgumentError, UnavailableError
 from infercore.testing import FakeDevices
 
@@ -64,6 +71,29 @@ class FakeNvml:
         free, total = self.memory[handle]
         return SimpleNamespace(free=free, total=total, used=0)
 
+    # the sampled figures of host GPU ``handle``: percent, milliwatts and millijoules,
+    # as NVML gives them; GPU 2 supports none of them
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+        self._unsupported(handle)
+        return SimpleNamespace(gpu=37 + handle, memory=5)
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        self._unsupported(handle)
+        return 71_250 + handle
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: int) -> int:
+        self._unsupported(handle)
+        return 700_000
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        self._unsupported(handle)
+        return 123_456_789
+
+    @staticmethod
+    def _unsupported(handle: int) -> None:
+        if handle == 2:
+            raise RuntimeError("Not Supported")  # pynvml.NVMLError_NotSupported
+
 
 def test_nvml_devices_count_the_visible_gpus_and_read_their_memory():
     nvml = FakeNvml([(10, 100), (30, 100), (99, 100)])
@@ -75,6 +105,41 @@ def test_nvml_devices_count_the_visible_gpus_and_read_their_memory():
     with pytest.raises(UnavailableError, match="GPU 2 is not available"):
         devices.memory(2)
     assert nvml.inits == 1  # discovered once
+
+
+def test_nvml_devices_sample_the_uuid_utilization_power_and_energy_in_si_units():
+    devices = NvmlDevices({"CUDA_VISIBLE_DEVICES": "1,2"}, FakeNvml([(1, 2)] * 3))
+    # GPU 0 is the host's second: NVML's percent, milliwatts and millijoules converted
+    assert devices.sample(0) == GpuSample(
+        "GPU-bbbb2222",
+        utilization=0.38,
+        power_watts=71.251,
+        power_limit_watts=700.0,
+        energy_joules=123_456.789,
+    )
+    # a GPU that supports none of the figures still has its UUID
+    assert devices.sample(1) == GpuSample("GPU-bbbc3333")
+    with pytest.raises(UnavailableError, match="GPU 2 is not available"):
+        devices.sample(2)
+
+
+def test_fake_devices_sample_what_the_test_sets():
+    devices = FakeDevices(2)
+    assert devices.sample(1) == GpuSample("GPU-00000000-0000-0000-0000-000000000001")
+    devices.set_sample(1, utilization=0.5, energy_joules=10.0)
+    devices.set_sample(1, power_watts=90.0)
+    assert devices.sample(1) == GpuSample(
+        "GPU-00000000-0000-0000-0000-000000000001",
+        utilization=0.5,
+        power_watts=90.0,
+        energy_joules=10.0,
+    )
+    assert devices.sample_reads == [0, 2]
+    with pytest.raises(ValueError, match="takes no \\['uuid'\\]"):
+        devices.set_sample(0, uuid="GPU-x")
+    with pytest.raises(UnavailableError, match="GPU 2 is not available"):
+        devices.sample(2)
+    assert isinstance(devices, Devices)
 
 
 def test_nvml_devices_without_cuda_visible_devices_see_every_gpu():

@@ -498,7 +498,6 @@ NO_EFFECT = {
     "cuda-memory-pool-byte-size": _NO_GPU,
     "cuda-virtual-address-size": _NO_GPU,
     "min-supported-compute-capability": _NO_GPU,
-    "allow-gpu-metrics": _NO_GPU,
     "buffer-manager-thread-count": "tensors are not copied by helper threads here",
     "grpc-infer-thread-count": "the gRPC frontend has no inference handler threads to size",
     "grpc-infer-allocation-pool-size": "the gRPC frontend keeps no pool of request states",

@@ -3,6 +3,8 @@
     Devices.gpu_count()     how many GPUs this process sees, numbered 0..n-1 as CUDA numbers
                             them (what ``instance_group { gpus: [...] }`` refers to)
     Devices.memory(gpu)     that GPU's memory now: used and total bytes
+    Devices.sample(gpu)     what else its driver says now: UUID, utilization, power, energy
+                            (``GpuSample``, for the nv_gpu_* metrics)
 
 ``NvmlDevices`` asks the driver through NVML (the ``nvidia-ml-py`` package, the optional
 extra ``infercore[gpu]``, imported on first use), honouring ``CUDA_VISIBLE_DEVICES`` as
@@ -13,8 +15,10 @@ server ``infercore.testing.FakeDevices`` instead (``Options.devices``).
 
 Who uses it: the repository loader (the GPU count that normalises and validates instance
 groups) and each model's load (``--model-load-gpu-limit``: the memory of the GPU an
-instance was just created on). Threads: model loading threads call in at once;
-``NvmlDevices`` initialises NVML once under its lock and then only reads.
+instance was just created on), and the GPU metrics (observability/metrics.py samples
+each GPU at most once per ``--metrics-interval-ms`` when /metrics is read). Threads:
+model loading threads and metrics scrapes call in at once; ``NvmlDevices`` initialises
+NVML once under its lock and then only reads.
 """
 
 from __future__ import annotations
@@ -24,13 +28,20 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import InvalidArgumentError, UnavailableError
 
-__all__ = ["DeviceMemory", "Devices", "NvmlDevices", "check_load_limit", "visible_gpus"]
+__all__ = [
+    "DeviceMemory",
+    "Devices",
+    "GpuSample",
+    "NvmlDevices",
+    "check_load_limit",
+    "visible_gpus",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +68,25 @@ class DeviceMemory:
         return self.used_bytes > int(self.total_bytes * fraction)
 
 
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """What one GPU's driver says at one moment, beside its memory (Triton's GPU metrics).
+
+    ``uuid`` is the driver's name for the GPU (``GPU-...``, the ``gpu_uuid`` label);
+    ``utilization`` is the fraction of the last sample period the GPU was busy, 0..1;
+    ``power_watts`` the power drawn now and ``power_limit_watts`` the power management
+    limit; ``energy_joules`` the driver's running total of energy used (since the driver
+    loaded; metrics report what was used since the server started). A figure the driver
+    cannot give (an older GPU, no permission) is None.
+    """
+
+    uuid: str
+    utilization: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+
+
 @runtime_checkable
 class Devices(Protocol):
     """What the server asks about its GPUs (module docstring)."""
@@ -70,6 +100,14 @@ class Devices(Protocol):
 
         Raises:
             UnavailableError: there is no such GPU, or the driver could not say.
+        """
+        ...
+
+    def sample(self, gpu: int) -> GpuSample:
+        """GPU ``gpu``'s UUID, utilization, power and energy now.
+
+        Raises:
+            UnavailableError: there is no such GPU.
         """
         ...
 
@@ -118,7 +156,8 @@ class NvmlDevices:
         self._environ = os.environ if environ is None else environ
         self._nvml = nvml
         self._lock = threading.Lock()
-        self._handles: list[Any] | None = None  # set once: one NVML handle per visible GPU
+        # set once: (NVML handle, UUID) per visible GPU
+        self._handles: list[tuple[Any, str]] | None = None
 
     def __repr__(self) -> str:
         return "NvmlDevices()"
@@ -127,27 +166,55 @@ class NvmlDevices:
         return len(self._visible())
 
     def memory(self, gpu: int) -> DeviceMemory:
-        handles = self._visible()
-        if not 0 <= gpu < len(handles):
-            raise UnavailableError(
-                f"GPU {gpu} is not available (this server sees {len(handles)} GPUs)"
-            )
+        handle, _ = self._device(gpu)
         try:
-            info = self._nvml.nvmlDeviceGetMemoryInfo(handles[gpu])
+            info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
         except Exception as exc:  # pynvml.NVMLError and its many subclasses
             raise UnavailableError(f"failed to read the memory of GPU {gpu}: {exc}") from exc
         total = int(info.total)
         # Triton reads cudaMemGetInfo's free and total: used = total - free
         return DeviceMemory(max(0, min(total, total - int(info.free))), total)
 
-    def _visible(self) -> list[Any]:
+    def sample(self, gpu: int) -> GpuSample:
+        handle, uuid = self._device(gpu)
+        nvml = self._nvml
+        utilization = self._read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        power = self._read(lambda: nvml.nvmlDeviceGetPowerUsage(handle))  # milliwatts
+        limit = self._read(lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle))
+        energy = self._read(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))  # mJ
+        return GpuSample(
+            uuid,
+            utilization=None if utilization is None else utilization / 100,
+            power_watts=None if power is None else power / 1000,
+            power_limit_watts=None if limit is None else limit / 1000,
+            energy_joules=None if energy is None else energy / 1000,
+        )
+
+    @staticmethod
+    def _read(call: Callable[[], Any]) -> float | None:
+        """One NVML figure, None when this GPU or driver cannot give it."""
+        try:
+            return float(call())
+        except Exception:  # pynvml.NVMLError_NotSupported, _NoPermission, ...
+            return None
+
+    def _device(self, gpu: int) -> tuple[Any, str]:
+        handles = self._visible()
+        if not 0 <= gpu < len(handles):
+            raise UnavailableError(
+                f"GPU {gpu} is not available (this server sees {len(handles)} GPUs)"
+            )
+        return handles[gpu]
+
+    def _visible(self) -> list[tuple[Any, str]]:
         with self._lock:
             if self._handles is None:
                 self._handles = self._discover()
             return self._handles
 
-    def _discover(self) -> list[Any]:
-        """The handles of the visible GPUs; none when NVML is missing or finds none."""
+    def _discover(self) -> list[tuple[Any, str]]:
+        """The handles and UUIDs of the visible GPUs; none when NVML is missing or finds
+        none."""
         if self._nvml is None:
             try:
                 self._nvml = importlib.import_module("pynvml")
@@ -170,7 +237,7 @@ class NvmlDevices:
         chosen = visible_gpus(self._environ.get("CUDA_VISIBLE_DEVICES"), uuids)
         for gpu, index in enumerate(chosen):
             logger.info("GPU %d: %s (host GPU %d)", gpu, uuids[index], index)
-        return [handles[index] for index in chosen]
+        return [(handles[index], uuids[index]) for index in chosen]
 
 
 def _text(value: Any) -> str:

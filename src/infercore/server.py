@@ -141,7 +141,8 @@ class Server(HandleEngine, StartStop):
             ),
         )
         self._metrics = ServerMetrics(metrics, self._manager.loaded,
-                                      clock=self.options.clock.now_ns)
+                                      clock=self.options.clock.now_ns,
+                                      devices=self.options.devices)
         self._poller: RepositoryPoller | None = None  # POLL mode with an interval
         self._state_lock = threading.Lock()
         self._started = False

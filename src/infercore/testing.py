@@ -11,13 +11,14 @@ the same code paths as real repositories.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import textwrap
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .devices import DeviceMemory
+from .devices import DeviceMemory, GpuSample
 from .errors import UnavailableError
 
 __all__ = ["FakeDevices", "ManualClock", "RepositoryBuilder", "free_ports"]
@@ -128,7 +129,13 @@ class FakeDevices:
     """GPUs that are not there, for tests (``Options(devices=FakeDevices(2))``; see
     infercore.devices): ``count`` GPUs of ``total_bytes`` each, with ``used_bytes`` in use
     (one figure for all, or one per GPU). ``set_used(gpu, bytes)`` changes a GPU's figure
-    at any time, from any thread; ``memory_reads`` counts the reads of each GPU."""
+    at any time, from any thread; ``memory_reads`` counts the reads of each GPU.
+
+    ``sample(gpu)`` (the GPU metrics) answers GPU ``i`` with UUID
+    ``GPU-00000000-0000-0000-0000-<i, 12 digits>`` and no utilization, power or energy
+    figures until ``set_sample(gpu, utilization=..., power_watts=...,
+    power_limit_watts=..., energy_joules=...)`` gives some (None: the driver cannot say);
+    ``sample_reads`` counts the samples of each GPU."""
 
     def __init__(self, count: int = 1, *, total_bytes: int = 16 << 30,
                  used_bytes: int | Sequence[int] = 0) -> None:
@@ -139,6 +146,9 @@ class FakeDevices:
         self._lock = threading.Lock()
         self._memory = [DeviceMemory(u, total_bytes) for u in used]
         self.memory_reads = [0] * count
+        self._samples = [GpuSample(f"GPU-00000000-0000-0000-0000-{gpu:012d}")
+                         for gpu in range(count)]
+        self.sample_reads = [0] * count
 
     def __repr__(self) -> str:
         return f"FakeDevices({len(self._memory)})"
@@ -157,3 +167,21 @@ class FakeDevices:
     def set_used(self, gpu: int, used_bytes: int) -> None:
         with self._lock:
             self._memory[gpu] = DeviceMemory(used_bytes, self._total)
+
+    def sample(self, gpu: int) -> GpuSample:
+        with self._lock:
+            if not 0 <= gpu < len(self._samples):
+                raise UnavailableError(f"GPU {gpu} is not available (this server sees "
+                                       f"{len(self._samples)} GPUs)")
+            self.sample_reads[gpu] += 1
+            return self._samples[gpu]
+
+    def set_sample(self, gpu: int, **figures: float | None) -> None:
+        """Change some of GPU ``gpu``'s sampled figures (GpuSample's fields but uuid)."""
+        unknown = set(figures) - {"utilization", "power_watts", "power_limit_watts",
+                                  "energy_joules"}
+        if unknown:
+            raise ValueError(f"FakeDevices.set_sample takes no {sorted(unknown)}")
+        with self._lock:
+            self._samples[gpu] = dataclasses.replace(self._samples[gpu],
+                                                     **figures)  # type: ignore[arg-type]

@@ -20,9 +20,12 @@ e.g. ``infercore_ray_*`` per instance and node for instances on Ray, docs/ray.md
 a ``ModelMetricFamily``, merged over models into one family per name and labelled
 ``model`` and ``version`` first; Triton's families are never changed by them.
 
-plus ``nv_cpu_utilization`` and ``nv_cpu_memory_{total,used}_bytes`` from /proc (Linux),
-sampled at most once per ``metrics_interval`` when scraped, and the custom families
-(custom_metrics.py). GPU metrics are accepted and absent (no GPU support).
+plus ``nv_gpu_utilization``, ``nv_gpu_memory_{total,used}_bytes``,
+``nv_gpu_power_{usage,limit}`` and ``nv_energy_consumption`` for each GPU the device layer
+(infercore.devices) sees, labelled ``gpu_uuid``, and ``nv_cpu_utilization`` and
+``nv_cpu_memory_{total,used}_bytes`` from /proc (Linux), each sampled at most once per
+``metrics_interval`` when scraped, and the custom families (custom_metrics.py). Without a
+GPU (or with ``gpu_metrics`` off) the GPU families are absent, as Triton's are.
 
 The text comes from prometheus_client's exposition, with one correction: prometheus_client
 follows OpenMetrics and names every counter family ``<name>_total`` in its HELP/TYPE
@@ -30,7 +33,7 @@ lines, while Triton's counters (``nv_inference_count``, ...) have no such suffix
 ``render`` removes exactly the suffix prometheus_client added, so the output is Triton's.
 
 Threads: ``render`` runs on any thread (the metrics endpoint's, an API caller's); it takes
-each model's statistics lock briefly and the CPU sampler's lock.
+each model's statistics lock briefly and the CPU and GPU samplers' locks.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +52,8 @@ from prometheus_client.core import Metric as PromMetric
 from prometheus_client.utils import floatToGoString
 
 from ..clock import MonotonicClock
+from ..devices import Devices, GpuSample
+from ..errors import TritonError
 from ..metrics_settings import MetricsSettings
 from ..stats import BACKEND, CANCELED, OTHER, REJECTED, Duration, ModelStatistics
 from .custom_metrics import REGISTRY as CUSTOM_REGISTRY
@@ -174,6 +180,99 @@ class CpuSampler:
         return info["MemTotal"], info["MemTotal"] - info["MemAvailable"]
 
 
+# Triton's GPU families (core src/metrics.cc): name, help, type, GpuSampler row field
+_GPU_FAMILIES = (
+    ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge", "utilization"),
+    ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge", "total_bytes"),
+    ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge", "used_bytes"),
+    ("nv_gpu_power_usage", "GPU power usage in watts", "gauge", "power_watts"),
+    ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge",
+     "power_limit_watts"),
+    ("nv_energy_consumption", "GPU energy consumption in joules since the Triton Server "
+     "started", "counter", "energy_joules"),
+)
+
+
+@dataclass(slots=True)
+class GpuRow:
+    """One GPU's figures as the metrics report them (0 where the driver cannot say, as
+    Triton reports them); ``energy_joules`` is the energy used since the first sample."""
+
+    gpu: int
+    uuid: str
+    utilization: float = 0.0
+    total_bytes: int = 0
+    used_bytes: int = 0
+    power_watts: float = 0.0
+    power_limit_watts: float = 0.0
+    energy_joules: float = 0.0
+    last_energy: float | None = None  # the driver's running total at the previous sample
+
+
+class GpuSampler:
+    """nv_gpu_* from the device layer, re-read at most once per interval (as CpuSampler).
+
+    The GPUs are counted at the first read (NVML starts then, not when the server is
+    made). As Triton's: utilization, power and memory are the latest figures, 0 where the
+    driver cannot give one; energy adds what the driver's running total grew by since the
+    previous sample, so it starts at 0 and counts the energy used since the first sample.
+    A GPU that cannot be read keeps its previous figures (a warning says why), and one
+    never read yet is left out.
+    """
+
+    def __init__(self, devices: Devices, interval_ns: int,
+                 clock: Callable[[], int] = MonotonicClock.now_ns) -> None:
+        self._devices = devices
+        self._interval_ns = interval_ns
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._count: int | None = None  # the GPUs, counted at the first read
+        self._rows: dict[int, GpuRow] = {}  # by GPU, once it has been read
+        self._sampled_ns = 0
+
+    def values(self) -> list[GpuRow]:
+        """Each GPU's figures, GPU 0 first; none on a host without GPUs."""
+        with self._lock:
+            now = self._clock()
+            if self._count is None:
+                self._count = self._devices.gpu_count()
+                self._refresh(now)
+            elif now - self._sampled_ns >= self._interval_ns:
+                self._refresh(now)
+            return list(self._rows.values())
+
+    def _refresh(self, now: int) -> None:
+        assert self._count is not None
+        self._sampled_ns = now
+        for gpu in range(self._count):
+            try:
+                sample = self._devices.sample(gpu)
+                memory = self._devices.memory(gpu)
+            except TritonError as exc:
+                logger.warning("Unable to get field values for GPU ID %d: %s", gpu,
+                               exc.message)
+                continue
+            row = self._rows.get(gpu)
+            if row is None:
+                logger.info("Collecting metrics for GPU %d: %s", gpu, sample.uuid)
+                row = self._rows[gpu] = GpuRow(gpu, sample.uuid)
+                self._rows = dict(sorted(self._rows.items()))
+            _update(row, sample)
+            row.total_bytes, row.used_bytes = memory.total_bytes, memory.used_bytes
+
+
+def _update(row: GpuRow, sample: GpuSample) -> None:
+    """One sample into ``row``, as Triton's PollDcgmMetrics takes one."""
+    row.utilization = sample.utilization or 0.0
+    row.power_watts = sample.power_watts or 0.0
+    row.power_limit_watts = sample.power_limit_watts or 0.0
+    energy = sample.energy_joules
+    if energy is not None:
+        if row.last_energy is not None:
+            row.energy_joules += max(0.0, energy - row.last_energy)
+        row.last_energy = energy
+
+
 def _cache_enabled(model: LoadedModel) -> bool:
     """Whether ``model`` uses the response cache: only such models have the nv_cache_*
     families, and their request summary is left out, as Triton does."""
@@ -186,13 +285,16 @@ class ServerMetrics:
     def __init__(self, settings: MetricsSettings,
                  models: Callable[[], Sequence[LoadedModel]],
                  custom: CustomMetricsRegistry = CUSTOM_REGISTRY,
-                 clock: Callable[[], int] = MonotonicClock.now_ns) -> None:
+                 clock: Callable[[], int] = MonotonicClock.now_ns,
+                 devices: Devices | None = None) -> None:
         self.settings = settings
         self._models = models
         self._custom = custom
         self._clock = clock
         self._cpu = (CpuSampler(settings.interval_ms * 1_000_000, clock=clock)
                      if settings.enabled and settings.cpu else None)
+        self._gpu = (GpuSampler(devices, settings.interval_ms * 1_000_000, clock=clock)
+                     if settings.enabled and settings.gpu and devices is not None else None)
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)  # type: ignore[arg-type]
 
@@ -208,6 +310,8 @@ class ServerMetrics:
             if models:
                 yield from self._model_families(models)
             yield from _pinned_memory_families()
+            if self._gpu is not None:
+                yield from self._gpu_families()
             if self._cpu is not None:
                 yield from self._cpu_families()
         yield from self._custom.collect()
@@ -286,6 +390,17 @@ class ServerMetrics:
                       if _cache_enabled(model)]
         if cache_rows:
             yield from _cache_summaries(cache_rows, qs, now)
+
+    def _gpu_families(self) -> Iterator[PromMetric]:
+        assert self._gpu is not None
+        rows = self._gpu.values()
+        if not rows:
+            return  # Triton, too, writes no GPU family on a host without GPUs
+        for name, help_text, kind, field_name in _GPU_FAMILIES:
+            family = PromMetric(name, help_text, kind)
+            for row in rows:
+                family.add_sample(name, {"gpu_uuid": row.uuid}, getattr(row, field_name))
+            yield family
 
     def _cpu_families(self) -> Iterator[PromMetric]:
         assert self._cpu is not None
