@@ -94,7 +94,7 @@ def test_metrics_port_of_infercore_serve_counts_http_traffic(serve):
                 tensor.set_data_from_numpy(data)
             client.infer("add_sub", inputs)
     status, content_type, text = _scrape(metrics_port)
-    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    assert status == 200 and content_type == "text/plain; charset=utf-8"
     found = {family.name: family for family in text_string_to_metric_families(text)}
     success = {s.labels["model"]: s.value for s in found["nv_inference_request_success"].samples}
     assert success == {"add_sub": 3.0}

@@ -34,7 +34,9 @@ __all__ = ["MetricsFrontend", "add_arguments", "from_args", "options_from_args"]
 
 logger = logging.getLogger(__name__)
 
-_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+# Triton's metrics server's header (recorded: tests/conformance/cases/devices.py), not
+# prometheus_client's "text/plain; version=0.0.4; charset=utf-8"; Prometheus reads both
+_CONTENT_TYPE = b"text/plain; charset=utf-8"
 
 
 

@@ -1,7 +1,9 @@
-"""GPU instance groups and --model-load-gpu-limit on this host, which has no GPU: what
-Triton answers for KIND_GPU, a listed GPU it lacks, KIND_AUTO and the default group, and
-how its command line takes the load limit. (Instances on GPUs are tested against
-infercore.testing.FakeDevices in tests/repository/test_gpu_instances.py.)
+"""GPU instance groups, --model-load-gpu-limit and GPU metrics on this host, which has no
+GPU: what Triton answers for KIND_GPU, a listed GPU it lacks, KIND_AUTO and the default
+group, how its command line takes the load limit, and /metrics without GPUs. (Instances
+on GPUs are tested against infercore.testing.FakeDevices in
+tests/repository/test_gpu_instances.py, GPU metrics in
+tests/observability/test_gpu_metrics.py.)
 """
 
 from __future__ import annotations
@@ -97,6 +99,31 @@ def _flags(name: str, *flags: str) -> Suite:
     )
 
 
+def _gpu_metrics(name: str, allow: str) -> Suite:
+    """/metrics on this host without GPUs, served on the cases' HTTP port: no GPU family
+    whatever --allow-gpu-metrics says (Triton's log says "DCGM unable to start" with
+    true); the CPU families and the pinned pool's size are turned off so the text is
+    the same at every run."""
+    return Suite(
+        f"devices_{name}",
+        AREA,
+        flags=[
+            "--model-repository={tmp}/models",
+            "--grpc-port={grpc_port}",
+            "--grpc-address=127.0.0.1",
+            "--allow-http=false",
+            "--metrics-address=127.0.0.1",
+            "--metrics-port={http_port}",
+            "--allow-cpu-metrics=false",
+            "--pinned-memory-pool-byte-size=0",
+            f"--allow-gpu-metrics={allow}",
+        ],
+        cases=[Case("metrics_without_gpus", [Http("GET", "/metrics")])],
+        ports=False,
+        wait_ports=["{http_port}", "{grpc_port}"],
+    )
+
+
 SUITES = [
     Suite(
         "devices_cpu_host",
@@ -117,4 +144,7 @@ SUITES = [
     _flags("gpu_limit_nan", "--model-load-gpu-limit=0:nan"),
     _flags("gpu_limit_repeated", "--model-load-gpu-limit=0:0.5", "--model-load-gpu-limit=0:2"),
     _flags("gpu_limit_absent_device", "--model-load-gpu-limit=7:0.5"),
+    # GPU metrics on a host without GPUs: absent, on or off
+    _gpu_metrics("gpu_metrics_on", "true"),
+    _gpu_metrics("gpu_metrics_off", "false"),
 ]
