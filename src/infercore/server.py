@@ -142,7 +142,8 @@ class Server(HandleEngine, StartStop):
         )
         self._metrics = ServerMetrics(metrics, self._manager.loaded,
                                       clock=self.options.clock.now_ns,
-                                      devices=self.options.devices)
+                                      devices=self.options.devices,
+                                      pinned_pool_bytes=self.options.pinned_memory_pool_size)
         self._poller: RepositoryPoller | None = None  # POLL mode with an interval
         self._state_lock = threading.Lock()
         self._started = False

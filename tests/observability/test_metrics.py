@@ -127,7 +127,8 @@ def test_exposition_writes_values_and_orders_families_as_triton(add_sub_repo):
     assert order.index("nv_inference_compute_output_duration_us") < order.index(
         "nv_inference_pending_request_count") < order.index(
         "nv_pinned_memory_pool_total_bytes") < order.index("nv_cpu_utilization")
-    assert "nv_pinned_memory_pool_total_bytes 0" in samples
+    # the pool size asked for (256 MiB by default), though Triton could not allocate it
+    assert "nv_pinned_memory_pool_total_bytes 268435456" in samples
     assert "nv_pinned_memory_pool_used_bytes 0" in samples
     assert int(value(text, "nv_cpu_memory_total_bytes")) > 0
 
@@ -230,6 +231,20 @@ def test_metrics_disabled_reports_no_server_families(add_sub_repo):
         server.model("add_sub").infer(inputs={"INPUT0": ONES, "INPUT1": ONES}).result()
         found = families(server.metrics())
     assert not [name for name in found if name.startswith("nv_")]
+
+
+@pytest.mark.parametrize(("cpu_metrics", "expected"), [(True, 1 << 20), (False, 0)])
+def test_the_pinned_pool_total_is_its_size_while_cpu_metrics_are_polled(
+        repo, cpu_metrics, expected):
+    # recorded by hand from Triton 2.51 on this host without CUDA: with
+    # --pinned-memory-pool-byte-size=1048576 the total reads 1048576 once the CPU metrics
+    # are polled (0 before the first poll); without CPU metrics it stays 0
+    # (tests/conformance/cases/devices.py: devices_pinned_pool_*)
+    with Server(model_repository=repo.path, pinned_memory_pool_size=1 << 20,
+                cpu_metrics=cpu_metrics) as server:
+        text = server.metrics()
+    assert value(text, "nv_pinned_memory_pool_total_bytes") == expected
+    assert value(text, "nv_pinned_memory_pool_used_bytes") == 0
 
 
 def test_cpu_metrics_can_be_turned_off(add_sub_repo):

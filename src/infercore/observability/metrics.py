@@ -286,8 +286,9 @@ class ServerMetrics:
                  models: Callable[[], Sequence[LoadedModel]],
                  custom: CustomMetricsRegistry = CUSTOM_REGISTRY,
                  clock: Callable[[], int] = MonotonicClock.now_ns,
-                 devices: Devices | None = None) -> None:
+                 devices: Devices | None = None, pinned_pool_bytes: int = 0) -> None:
         self.settings = settings
+        self._pinned_pool_bytes = pinned_pool_bytes
         self._models = models
         self._custom = custom
         self._clock = clock
@@ -309,7 +310,8 @@ class ServerMetrics:
             models = sorted(self._models(), key=lambda m: (m.name, m.version))
             if models:
                 yield from self._model_families(models)
-            yield from _pinned_memory_families()
+            yield from _pinned_memory_families(
+                self._pinned_pool_bytes if self._cpu is not None else 0)
             if self._gpu is not None:
                 yield from self._gpu_families()
             if self._cpu is not None:
@@ -503,13 +505,16 @@ def _first_response_histograms(rows: list[tuple[LoadedModel, ModelStatistics,
 _TRITON_REASON_ORDER = (OTHER, CANCELED, BACKEND, REJECTED)
 
 
-def _pinned_memory_families() -> Iterator[PromMetric]:
-    """Triton's pinned memory pool gauges: infercore keeps no pinned pool (no GPU copies
-    go through one), so both read 0, as Triton's do on a host without CUDA."""
-    for name, help_text in (("total", "Pinned memory pool total memory size, in bytes"),
-                            ("used", "Pinned memory pool used memory size, in bytes")):
+def _pinned_memory_families(total_bytes: int) -> Iterator[PromMetric]:
+    """Triton's pinned memory pool gauges. infercore keeps no pinned pool (no GPU copies
+    go through one), so nothing is ever used; the total is what Triton 2.51 reports on a
+    host where the pool could not be allocated: the size asked for
+    (``--pinned-memory-pool-byte-size``) once CPU metrics are polled, else 0."""
+    for name, help_text, value in (
+            ("total", "Pinned memory pool total memory size, in bytes", total_bytes),
+            ("used", "Pinned memory pool used memory size, in bytes", 0)):
         family = PromMetric(f"nv_pinned_memory_pool_{name}_bytes", help_text, "gauge")
-        family.add_sample(f"nv_pinned_memory_pool_{name}_bytes", {}, 0)
+        family.add_sample(f"nv_pinned_memory_pool_{name}_bytes", {}, value)
         yield family
 
 
