@@ -195,6 +195,17 @@ def test_options_take_a_device_layer_and_refuse_anything_else():
     with pytest.raises(InvalidArgumentError, match="devices must be an infercore.devices"):
         Options(devices=3)
 
+    class WithoutSample:  # a device layer that cannot feed the GPU metrics
+        def gpu_count(self) -> int:
+            return 0
+
+        def memory(self, gpu: int) -> DeviceMemory:
+            raise UnavailableError("none")
+
+    with pytest.raises(InvalidArgumentError, match=r"\(gpu_count, memory and sample\), got Wi"):
+        Options(devices=WithoutSample())
+    assert Options(devices=fake).devices is fake
+
 
 def test_fake_devices_check_their_figures():
     with pytest.raises(ValueError, match="one used figure per GPU"):

@@ -242,8 +242,8 @@ def _validate(options: Options) -> None:
             f"{type(options.clock).__name__}")
     if not isinstance(options.devices, Devices):
         raise InvalidArgumentError(
-            f"devices must be an infercore.devices.Devices (gpu_count and memory), got "
-            f"{type(options.devices).__name__}")
+            "devices must be an infercore.devices.Devices (gpu_count, memory and sample), "
+            f"got {type(options.devices).__name__}")
     _check_configurations(options)
 
 
