@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--allow-metrics", type=boolean, default=True, metavar="BOOL",
                        help="serve metrics (default true)")
     group.add_argument("--allow-gpu-metrics", type=boolean, default=True, metavar="BOOL",
-                       help="GPU metrics (accepted; infercore reports none)")
+                       help="nv_gpu_* metrics of each GPU, when there are GPUs (default true)")
     group.add_argument("--allow-cpu-metrics", type=boolean, default=True, metavar="BOOL",
                        help="nv_cpu_* metrics from /proc (default true)")
     group.add_argument("--metrics-address", default=None, metavar="ADDRESS",
