@@ -1,6 +1,7 @@
 """add_sub: the sum and the difference of two FP32 tensors (a Triton Python-backend model)."""
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 

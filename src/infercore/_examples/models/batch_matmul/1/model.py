@@ -7,6 +7,7 @@ instances run in parallel.
 """
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 SIZE = 256
