@@ -14,7 +14,9 @@ The order follows what probes and clients expect of a server process:
    ports only after loading; a process that is up but loading is what liveness and
    readiness probes are meant to tell apart).
 3. The models load as the control mode says; Triton's model table and options table are
-   logged. With ``--exit-on-error`` a failed load stops everything, exit status 1.
+   logged. With ``--exit-on-error`` a failed load stops everything, exit status 1;
+   without it, a repository that cannot be read leaves the process serving, neither live
+   nor ready (Triton's "failed to initialize" server: every model call "Server not ready").
 4. On a signal, shutdown shares one deadline, ``--exit-timeout-secs``: the HTTP and gRPC
    frontends stop accepting at once (new connections are refused, new calls on open gRPC
    streams get UNAVAILABLE) and let their in-flight requests finish; the engine then
@@ -245,7 +247,9 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
         if not table_extras.extensions:
             table_extras = dataclasses.replace(
                 table_extras, extensions=tuple(server_extensions(server)))
-        logger.info("\n%s", model_table(server.repository_index()))
+        failure = server.initialization_failure  # logged; serving, neither live nor ready
+        if failure is None:
+            logger.info("\n%s", model_table(server.repository_index()))
         logger.info("\n%s", options_table(options, table_extras))
         for frontend in frontends:
             if not frontend.starts_after_load:
@@ -259,8 +263,12 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                              exc.code_name, exc.message)
                 return 1
         if not signals.requested.is_set():  # a signal as the loads ended: straight to the stop
-            ready = sum(1 for e in server.repository_index() if e.state.value == "READY")
-            logger.info("%s", serving_line(ready, frontends))
+            if failure is None:
+                ready = sum(1 for e in server.repository_index() if e.state.value == "READY")
+                logger.info("%s", serving_line(ready, frontends))
+            else:
+                logger.info("infercore is serving, neither live nor ready (%s: %s); press "
+                            "Ctrl-C to stop", failure.code_name, failure.message)
             notify_serving()
         signals.requested.wait()
         if not shutdown(server, float(options.exit_timeout)):

@@ -40,7 +40,7 @@ from .observability.metrics import ServerMetrics
 from .observability.tracing import Tracer
 from .options import ModelControlMode, Options
 from .rate_limiter import RateLimiter
-from .repository.layout import check_model_name
+from .repository.layout import check_model_name, check_repository
 from .repository.manager import RepositoryManager
 from .repository.overrides import FILE_PREFIX, split_load_parameters
 from .repository.poller import RepositoryPoller
@@ -153,6 +153,9 @@ class Server(HandleEngine, StartStop):
         # Live from start() on, ready only once the startup loads are done (Triton's
         # SERVER_INITIALIZING): frontends started first answer live 200 / ready 400.
         self._startup_done = False
+        # the repository error that left the server up but not initialized (start, with
+        # exit_on_error False): not live, not ready, model calls refused
+        self._init_failure: TritonError | None = None
         self._logs = LogSettingsManager(LogSettings(
             log_info=self.options.log_info,
             log_warning=self.options.log_warn,
@@ -184,6 +187,20 @@ class Server(HandleEngine, StartStop):
         if not self.options.repositories:
             raise InvalidArgumentError("at least one model repository must be given")
         self._load_backend_directories()
+        try:
+            for repository in self.options.repositories:
+                check_repository(Path(repository))
+        except TritonError as exc:
+            self._manager.starting_up = False
+            if self.options.exit_on_error:
+                self.stop()
+                raise
+            # Triton's SERVER_FAILED_TO_INITIALIZE: the endpoints serve, the server is
+            # neither live nor ready, and every model call is refused "Server not ready".
+            logger.error("%s: %s", exc.code_name, exc.message)
+            self._init_failure = exc
+            self._startup_done = True
+            return self
         try:
             failures = self._load_startup_models()
         finally:
@@ -280,7 +297,17 @@ class Server(HandleEngine, StartStop):
 
     # -- health and descriptions -----------------------------------------------------------
     def live(self) -> bool:
-        return self._started and not self._stopped
+        return self._started and not self._stopped and self._init_failure is None
+
+    @property
+    def initialization_failure(self) -> TritonError | None:
+        """Why ``start`` left the server up but neither live nor ready (a repository that
+        cannot be read, with ``exit_on_error`` False), or None."""
+        return self._init_failure
+
+    def _require_initialized(self) -> None:
+        if self._init_failure is not None:
+            raise UnavailableError("Server not ready")  # Triton's, for every model call
 
     async def alive(self) -> bool:
         return self.live()
@@ -317,6 +344,7 @@ class Server(HandleEngine, StartStop):
 
     def models(self, exclude_not_ready: bool = False) -> dict[tuple[str, int], Model]:
         """Handles of every model version the server knows, keyed by (name, version)."""
+        self._require_initialized()
         found: dict[tuple[str, int], Model] = {}
         for entry in self._manager.index():
             if exclude_not_ready and entry.state is not ModelState.READY:
@@ -331,6 +359,7 @@ class Server(HandleEngine, StartStop):
 
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         """Every model and version found, with its state and the reason for that state."""
+        self._require_initialized()
         return self._manager.index(ready_only=ready_only)
 
     async def arepository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
@@ -398,8 +427,7 @@ class Server(HandleEngine, StartStop):
             detach_loop(caller)
 
     def _resolve(self, name: str, version: int) -> LoadedModel:
-        if not self._started or self._stopped:
-            raise UnavailableError("server is not running")
+        self._require_running()
         return self._manager.get(name, version)
 
     # -- model control ---------------------------------------------------------------------
@@ -523,6 +551,7 @@ class Server(HandleEngine, StartStop):
 
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]:
         """Statistics of one model's versions, or of every ready model when name is ""."""
+        self._require_initialized()
         if name:
             return self.model(name, version).statistics()
         snapshots = [model.stats.snapshot() for model in self._manager.loaded()]
@@ -590,8 +619,9 @@ class Server(HandleEngine, StartStop):
         return self._metrics.render()
 
     def _require_running(self) -> None:
-        if not self.live():
+        if not self._started or self._stopped:
             raise UnavailableError("server is not running")
+        self._require_initialized()
 
     # -- network frontends (serving.py) ---------------------------------------------------
     def serve_http(self, *, address: str = "0.0.0.0", port: int = 8000,

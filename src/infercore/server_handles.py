@@ -42,6 +42,9 @@ class HandleEngine:
     def _resolve(self, name: str, version: int) -> LoadedModel:
         raise NotImplementedError
 
+    def _require_initialized(self) -> None:
+        raise NotImplementedError
+
     def _infer_on(self, loaded: LoadedModel, request: InferRequest, *,
                   raise_on_error: bool = True,
                   callback: Callable[[InferResponse | None, bool], None] | None = None,
@@ -77,6 +80,7 @@ class HandleEngine:
         return int(self._resolve(name, version).config.max_batch_size)
 
     def _model_ready(self, name: str, version: int) -> bool:
+        self._require_initialized()  # "Server not ready" answers, it is not a False
         try:
             loaded = self._resolve(name, version)
         except TritonError:
@@ -86,6 +90,7 @@ class HandleEngine:
         return loaded.serving and loaded.check_ready()
 
     async def _amodel_ready(self, name: str, version: int) -> bool:
+        self._require_initialized()  # as _model_ready's
         try:
             loaded = self._resolve(name, version)
         except TritonError:
@@ -127,6 +132,7 @@ class HandleEngine:
         return list(self._resolve(name, version).labels.get(output_name, []))
 
     def _model_statistics(self, name: str, version: int) -> list[ModelStatistics]:
+        self._require_initialized()  # before the refusals below turn it into another
         manager = self._manager
         try:
             if version >= 0:

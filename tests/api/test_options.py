@@ -208,6 +208,34 @@ def test_the_installation_and_the_file_system_are_checked_later(tmp_path):
     server.stop()
 
 
+@pytest.mark.parametrize("kind", ["missing", "a_file"])
+def test_without_exit_on_error_an_unreadable_repository_serves_neither_live_nor_ready(
+        tmp_path, kind):
+    path = tmp_path / "models"
+    if kind == "a_file":
+        path.write_text("not a folder")
+    server = Server(model_repository=path, exit_on_error=False)
+    try:
+        assert server.start() is server  # no raise: Triton's "failed to initialize"
+        assert not server.live() and not server.ready()
+        assert type(server.initialization_failure) is (
+            InternalError if kind == "missing" else InvalidArgumentError)
+        calls = [lambda: server.model("simple").ready(), lambda: server.model("simple").metadata(),
+                 lambda: server.model("simple").statistics(), server.repository_index,
+                 server.statistics, server.models,
+                 lambda: server.model("simple").infer({"X": np.zeros(1, np.float32)})]
+        for call in calls:
+            with pytest.raises(UnavailableError, match="^Server not ready$"):
+                call()
+        assert server.metadata()["name"] == "triton"  # the server's own calls answer
+        assert server.log_settings()["log_verbose_level"] == 0
+    finally:
+        server.stop()
+    with pytest.raises(InvalidArgumentError if kind == "a_file" else InternalError,
+                       match="repository path is not a valid directory$|failed to stat"):
+        Server(model_repository=path).start()  # exit_on_error: start raises
+
+
 def test_a_backend_directory_registers_its_backends_at_start(repo, tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()

@@ -32,6 +32,7 @@ __all__ = [
     "ModelSnapshot",
     "ModelSource",
     "check_model_name",
+    "check_repository",
     "directory_fingerprint",
     "find_models",
     "list_versions",
@@ -129,12 +130,7 @@ def find_models(repositories: Sequence[Path | str],
     seen_roots: set[Path] = set()
     for repository in repositories:
         root = Path(repository)
-        try:
-            is_dir = stat.S_ISDIR(root.stat().st_mode)
-        except OSError as exc:
-            raise InternalError(f"failed to stat file {root}") from exc
-        if not is_dir:
-            raise InvalidArgumentError(f"repository path is not a valid directory: {root}")
+        check_repository(root)
         real = root.resolve()
         if real not in seen_roots:
             seen_roots.add(real)
@@ -148,6 +144,21 @@ def find_models(repositories: Sequence[Path | str],
             found.setdefault(name, []).append(
                 ModelSource(name, root / folder, root, mapped=folder in renames))
     return dict(sorted(found.items()))
+
+
+def check_repository(root: Path) -> None:
+    """Raise Triton's error when ``root`` is not a directory that can be read as one.
+
+    Raises:
+        InternalError: ``root`` cannot be stat-ed (it does not exist, say).
+        InvalidArgumentError: ``root`` is not a directory (Triton does not name it).
+    """
+    try:
+        is_dir = stat.S_ISDIR(root.stat().st_mode)
+    except OSError as exc:
+        raise InternalError(f"failed to stat file {root}") from exc
+    if not is_dir:
+        raise InvalidArgumentError("repository path is not a valid directory")
 
 
 def _subdirectories(path: Path) -> list[str]:

@@ -242,7 +242,11 @@ class HttpRouter:
 
     async def _model_ready(self, name: str, version: int) -> HttpResponse:
         # awaited: a model's own readiness check (is_ready()) runs off this loop
-        return _OK_EMPTY if await self._server.model(name, version).aready() else _MODEL_NOT_READY
+        try:
+            ready = await self._server.model(name, version).aready()
+        except TritonError as exc:  # "Server not ready": text/plain as the rest
+            return error_response(exc, content_type=_TEXT)
+        return _OK_EMPTY if ready else _MODEL_NOT_READY
 
     async def _model_trace(self, request: HttpRequest, model: str) -> HttpResponse:
         try:
