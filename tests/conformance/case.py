@@ -139,6 +139,9 @@ class LogFile:
     contains: str
     until: str | None = None
     messages: bool = False  # compare the messages only (log_prefix): not the locations
+    # the lines sorted by what follows their prefix: lines logged by loads that run side by
+    # side (Triton's and infercore's) come in any order
+    sort: bool = False
 
 
 @dataclass(frozen=True)

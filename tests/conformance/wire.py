@@ -354,6 +354,8 @@ def _log_file(endpoint: Endpoint, step: LogFile) -> dict[str, Any]:
     if lines is None:
         return {"log_file": "missing"}
     found = [line for line in lines if contains in line]
+    if step.sort:
+        found.sort(key=lambda line: line.split("] ", 1)[-1])
     return {"log_messages" if step.messages else "log_lines": found}
 
 

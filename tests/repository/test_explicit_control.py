@@ -172,8 +172,16 @@ def test_a_config_refused_at_the_poll_leaves_the_model_untouched_and_logs_why(
         # Triton's whole answer
         assert raised.value.message == "failed to load 'm', failed to poll from model repository"
         assert _rows(server, "m") == {"": ("UNKNOWN", "")}  # by name alone, as before
-        assert any("Poll failed for model directory 'm'" in r.getMessage() and cause in
-                   r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any(m.startswith("Poll failed for model directory 'm': ") for m in errors)
+        # Triton's poll names the file a parser could not read; the parser's line why
+        assert any(cause in message for message in errors)
+        if "nope" in config:
+            poll = next(m for m in errors if m.startswith("Poll failed"))
+            assert poll == ("Poll failed for model directory 'm': failed to read text proto "
+                            f"from {model_dir / 'config.pbtxt'}")
+            assert ("Error parsing text-format inference.ModelConfig: 3:17: 'max_batch_size: "
+                    "nope': Couldn't parse integer: nope") in errors, errors
         with pytest.raises(NotFoundError, match="'m' is not found"):  # never polled
             server.model("m").infer(inputs=X)
 

@@ -6,7 +6,11 @@ are synchronised on the clock's parked-thread count, never on sleeps.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,6 +217,53 @@ def test_higher_priority_levels_go_first():
     batcher.enqueue(_request("high", priority=1)[0])
     batcher.enqueue(_request("out_of_range", priority=9)[0])
     assert _ids(batcher.next_payload()) == ["high", "default", "out_of_range", "low"]
+
+
+# Run apart, its memory bounded: a queue per level would fill it (2^64 - 1 of them).
+_LARGEST_LEVELS = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_dynamic_batcher import _batcher, _ids, _request
+from infercore.errors import UnavailableError
+top = 2**64 - 1
+batcher, _, _ = _batcher(
+    f"dynamic_batching {{{{ priority_levels: {{top}} default_priority_level: 1 "
+    f"priority_queue_policy {{{{ key: {{top}} value: {{{{ max_queue_size: 1 }}}} }}}} }}}}")
+for name, priority in (("top", top), ("five", 5), ("zero", 0), ("one", 1)):
+    batcher.enqueue(_request(name, priority=priority)[0])
+try:
+    batcher.enqueue(_request("top_again", priority=top)[0])
+except UnavailableError as exc:
+    print(exc)
+print(_ids(batcher.next_payload()))
+batcher.enqueue(_request("top_later", priority=top)[0])  # its level is empty again
+print(_ids(batcher.next_payload()))
+"""
+
+
+def test_the_largest_priority_levels_load_and_order_requests():
+    done = subprocess.run([sys.executable, "-c", _LARGEST_LEVELS], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "Exceeds maximum queue size", "['zero', 'one', 'five', 'top']", "['top_later']"]
+
+
+def test_levels_without_requests_hold_nothing_back():
+    batcher, _, _ = _batcher("dynamic_batching { priority_levels: 1000000 "
+                             "default_priority_level: 500000 priority_queue_policy { "
+                             "key: 3 value: { max_queue_size: 1 } } }")
+    first, first_stream = _request("first", priority=3)
+    batcher.enqueue(first)
+    with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+        batcher.enqueue(_request("second", priority=3)[0])
+    first.cancel()
+    assert isinstance(first_stream.result(timeout=5).error, CancelledError)
+    batcher.enqueue(_request("again", priority=3)[0])  # the level emptied: room again
+    batcher.enqueue(_request("default", priority=1000001)[0])
+    batcher.enqueue(_request("last", priority=999999)[0])
+    assert _ids(batcher.next_payload()) == ["again", "default", "last"]
 
 
 def test_max_queue_size_rejects_at_enqueue():

@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["parse_model_config", "read_model_config"]
+__all__ = ["ConfigParseError", "parse_model_config", "read_model_config"]
 
 CONFIG_FILENAME = "config.pbtxt"
 CUSTOM_CONFIG_FOLDER = "configs"
@@ -18,6 +18,18 @@ CONFIG_EXTENSION = ".pbtxt"
 
 # The parser prefixes its message with "line:col : "; we print the location ourselves.
 _LOCATION_PREFIX = re.compile(r"^\d+:\d+ : ")
+
+
+class ConfigParseError(InvalidArgumentError):
+    """A config file that is no ModelConfig text. ``message`` says where and why;
+    ``poll_reason`` is Triton's words for it (its poll logs only the file), ``detail``
+    what Triton's protobuf parser logs on a line of its own ("Error parsing
+    text-format inference.ModelConfig: <line>:<column>: <reason>")."""
+
+    def __init__(self, message: str, *, source: str, detail: str) -> None:
+        super().__init__(message)
+        self.poll_reason = f"failed to read text proto from {source}"
+        self.detail = detail
 
 
 def parse_model_config(
@@ -37,9 +49,11 @@ def parse_model_config(
         reason = _LOCATION_PREFIX.sub("", str(exc))
         line, column = exc.GetLine(), exc.GetColumn()
         where = f"{source}:{line}:{column}" if line is not None else source
-        raise InvalidArgumentError(
-            f"failed to load model '{model_name}': failed to read text proto from {where}: {reason}"
-        ) from exc
+        at = f"{line}:{column}: " if line is not None else ""
+        raise ConfigParseError(
+            f"failed to load model '{model_name}': failed to read text proto from {where}: "
+            f"{reason}", source=source,
+            detail=f"Error parsing text-format inference.ModelConfig: {at}{reason}") from exc
     return config
 
 

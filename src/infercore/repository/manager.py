@@ -59,6 +59,7 @@ from tritonclient.grpc import model_config_pb2
 
 from ..backends.base import ModelControl
 from ..clock import Clock, MonotonicClock, deadline_after, seconds_until
+from ..config import ConfigParseError
 from ..errors import (
     AlreadyExistsError,
     InternalError,
@@ -456,7 +457,12 @@ class RepositoryManager:
             operation.unpolled.add(key)
             if override is not None:
                 override.remove()
-            self.poll_failure(name, exc.error.message)
+            error = exc.error
+            if isinstance(error, ConfigParseError):  # Triton's two lines: why, then which file
+                logger.error("%s", error.detail)
+                self.poll_failure(name, error.poll_reason)
+            else:
+                self.poll_failure(name, error.message)
             return _poll_failed(name)
         except VersionsFailed as exc:  # each version fails to load, as in Triton
             self._catalog.remember([name])

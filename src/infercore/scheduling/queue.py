@@ -7,13 +7,15 @@ whether a request's own timeout may shorten it, and what happens at the timeout:
 non-delayed requests of its own level, still ahead of every less urgent level, as
 Triton's PolicyQueue keeps a delayed queue per level). A request's own timeout only
 shortens its level's default one (none without a default). A request's priority 0, or
-one beyond the levels, means the default level, as in Triton.
+one beyond the levels, means the default level, as in Triton. Only the levels that hold
+requests exist (``priority_levels`` may be 2^64 - 1).
 
 Not thread-safe: the owning scheduler calls it under its own lock.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,12 +71,22 @@ class _Level:
 
 
 class PriorityQueue:
-    """Requests by priority level, each level FIFO with its own policy."""
+    """Requests by priority level, each level FIFO with its own policy.
 
-    def __init__(self, levels: dict[int, QueuePolicy], default_level: int) -> None:
-        self._levels = {level: _Level(policy) for level, policy in sorted(levels.items())}
-        self._order = sorted(self._levels)
-        self._default = default_level
+    A level's queue exists only while it holds requests: ``priority_levels`` may be any
+    uint64 (2^64 - 1 is a valid config), so the levels are never listed one by one, as
+    Triton's queues are made per level on first use.
+    """
+
+    def __init__(self, count: int, default_policy: QueuePolicy,
+                 policies: dict[int, QueuePolicy], default_level: int) -> None:
+        self._count = max(1, count)
+        self._default_policy = default_policy
+        self._policies = {level: policy for level, policy in policies.items()
+                          if 1 <= level <= self._count}
+        self._default = default_level if 1 <= default_level <= self._count else 1
+        self._levels: dict[int, _Level] = {}  # the levels holding requests
+        self._order: list[int] = []  # their keys, sorted (most urgent first)
         self._size = 0
 
     @classmethod
@@ -82,31 +94,44 @@ class PriorityQueue:
                     ) -> PriorityQueue:
         """One level with the default policy, or the levels a dynamic_batching block asks."""
         if batching is None:
-            return cls({1: QueuePolicy()}, 1)
+            return cls(1, QueuePolicy(), {}, 1)
         default = (QueuePolicy.from_config(batching.default_queue_policy)
                    if batching.HasField("default_queue_policy")
                    else QueuePolicy(allow_timeout_override=False))
-        count = max(1, int(batching.priority_levels))
-        levels = {level: default for level in range(1, count + 1)}
-        for level, policy in batching.priority_queue_policy.items():
-            levels[int(level)] = QueuePolicy.from_config(policy)
-        default_level = int(batching.default_priority_level) or 1
-        return cls(levels, default_level if default_level in levels else 1)
+        policies = {int(level): QueuePolicy.from_config(policy)
+                    for level, policy in batching.priority_queue_policy.items()}
+        return cls(int(batching.priority_levels), default, policies,
+                   int(batching.default_priority_level) or 1)
+
+    def _level(self, key: int) -> _Level:
+        level = self._levels.get(key)
+        if level is None:
+            level = self._levels[key] = _Level(self._policies.get(key, self._default_policy))
+            bisect.insort(self._order, key)
+        return level
+
+    def _drop_if_empty(self, key: int) -> None:
+        level = self._levels.get(key)
+        if level is not None and not len(level):
+            del self._levels[key]
+            self._order.remove(key)
 
     def __len__(self) -> int:
         return self._size
 
     def level_of(self, request: InferRequest) -> int:
         priority = request.priority
-        return priority if priority in self._levels else self._default
+        return priority if 1 <= priority <= self._count else self._default
 
     def push(self, request: InferRequest, now_ns: int) -> int:
         """Queue ``request``; return its timeout deadline (ns, 0: none). Raises
         UnavailableError when its level is full."""
-        level = self._levels[self.level_of(request)]
-        policy = level.policy
-        if policy.max_queue_size and len(level) >= policy.max_queue_size:
+        key = self.level_of(request)
+        policy = self._policies.get(key, self._default_policy)
+        level = self._levels.get(key)
+        if policy.max_queue_size and level is not None and len(level) >= policy.max_queue_size:
             raise UnavailableError("Exceeds maximum queue size")
+        level = self._level(key)
         timeout_us = policy.timeout_us(request)
         deadline = now_ns + timeout_us * 1_000 if timeout_us else 0
         level.pending.append((request, deadline))
@@ -115,23 +140,27 @@ class PriorityQueue:
 
     def remove(self, request: InferRequest) -> bool:
         """Take ``request`` out wherever it is (a cancel); False if it is not queued."""
-        level = self._levels[self.level_of(request)]
+        key = self.level_of(request)
+        level = self._levels.get(key)
+        if level is None:
+            return False
         for index, (queued, _) in enumerate(level.pending):
             if queued is request:
                 del level.pending[index]
-                self._size -= 1
-                return True
-        try:
-            level.delayed.remove(request)
-        except ValueError:
-            return False
+                break
+        else:
+            try:
+                level.delayed.remove(request)
+            except ValueError:
+                return False
         self._size -= 1
+        self._drop_if_empty(key)
         return True
 
     def expire(self, now_ns: int) -> list[InferRequest]:
         """Apply timeouts: return the rejected requests (removed); delay the others."""
         rejected: list[InferRequest] = []
-        for level in self._levels.values():
+        for key, level in list(self._levels.items()):
             if not level.pending:
                 continue
             kept: deque[tuple[InferRequest, int]] = deque()
@@ -145,6 +174,7 @@ class PriorityQueue:
                 else:
                     kept.append((request, deadline))
             level.pending = kept
+            self._drop_if_empty(key)
         return rejected
 
     def next_deadline(self) -> int | None:
@@ -171,7 +201,8 @@ class PriorityQueue:
 
     def take(self, requests: list[InferRequest]) -> None:
         """Remove ``requests``, which must be the first ones in scheduling order."""
-        levels = [self._levels[key] for key in self._order]
+        order = list(self._order)
+        levels = [self._levels[key] for key in order]
         for request in requests:
             for level in levels:
                 if level.pending:
@@ -187,3 +218,5 @@ class PriorityQueue:
             else:
                 raise RuntimeError("requests must be taken in scheduling order")
             self._size -= 1
+        for key in order:
+            self._drop_if_empty(key)
