@@ -45,11 +45,18 @@ from .rate_limiter import ResourceAsk
 from .stats import ModelStats
 
 if TYPE_CHECKING:
+    from .request import InferRequest
     from .response import ResponseSender
 
-__all__ = ["ModelInstance", "cpu_cores_of", "pin_current_thread"]
+__all__ = ["ModelInstance", "cpu_cores_of", "log_state", "pin_current_thread"]
 
 logger = logging.getLogger(__name__)
+
+
+def log_state(request: InferRequest, old: str, new: str) -> None:
+    """Triton's verbose line for a request changing state (its infer_request.cc)."""
+    logger.debug("[request id: %s] Setting state from %s to %s", request.id or "<id_unknown>",
+                 old, new)
 
 # Longest recent execute time (ns) for which an event loop's thread runs a request inline.
 INLINE_ON_LOOP_MAX_NS = 50_000
@@ -180,12 +187,23 @@ class ModelInstance:
             for request in requests:
                 request.sender.hold()  # type: ignore[union-attr]
         clock = self._clock
+        verbose = logger.isEnabledFor(logging.DEBUG)
+        if verbose:  # Triton's backends' lines at verbose level 1
+            for request in requests:
+                log_state(request, "PENDING", "EXECUTING")
+            logger.debug("model %s, instance %s, executing %d requests", self.model_name,
+                         self.info.name, len(requests))
         start = clock()
         try:
             self._backend.execute(payload)
         except Exception as exc:
             self._fail_open_requests(payload, exc)
         end = clock()
+        if verbose:
+            for request in requests:
+                log_state(request, "EXECUTING", "RELEASED")
+            logger.debug("TRITONBACKEND_ModelInstanceExecute: model instance name %s "
+                         "released %d requests", self.info.name, len(requests))
         took = end - start
         recent = self.recent_execute_ns
         if recent < 0:
@@ -205,10 +223,21 @@ class ModelInstance:
         backend could not start it at all (its requests untouched), ``then(payload)``."""
         for request in payload.requests:
             request.sender.hold()  # type: ignore[union-attr]
+        verbose = logger.isEnabledFor(logging.DEBUG)
+        if verbose:  # as execute's
+            for request in payload.requests:
+                log_state(request, "PENDING", "EXECUTING")
+            logger.debug("model %s, instance %s, executing %d requests", self.model_name,
+                         self.info.name, len(payload.requests))
         start = self._clock()
 
         def finished() -> None:
             self._complete(payload, start, self._clock())
+            if verbose:
+                for request in payload.requests:
+                    log_state(request, "EXECUTING", "RELEASED")
+                logger.debug("TRITONBACKEND_ModelInstanceExecute: model instance name %s "
+                             "released %d requests", self.info.name, len(payload.requests))
             then(None)
 
         backend = self._loop

@@ -52,7 +52,7 @@ from .clock import Clock, MonotonicClock, deadline_after, seconds_until
 from .devices import Devices, NvmlDevices, check_load_limit
 from .dispatch import Dispatch
 from .errors import InvalidArgumentError, UnavailableError, UnsupportedError
-from .instance import ModelInstance, cpu_cores_of
+from .instance import ModelInstance, cpu_cores_of, log_state
 from .observability.custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from .observability.custom_metrics import CustomMetricsRegistry
 from .observability.trace_record import TracingSender
@@ -199,6 +199,10 @@ class LoadedModel:
         cores = {info.name: self._cpu_cores(info) for info in infos}
         blocking = device_blocking(self._backend)
         samples = warmup_samples(self.config, self.context.model_dir)
+        verbose = logger.isEnabledFor(logging.DEBUG)
+        if verbose:  # Triton's backends say so at verbose level 1 (the lines below too)
+            logger.debug("TRITONBACKEND_ModelInitialize: %s (version %d)", self.name,
+                         self.version)
         # the backend's model, or one that places some instance groups on Ray (docs/ray.md)
         self._backend_model = create_backend_model(self._backend, self.context,
                                                    self._environment.ray_address)
@@ -209,7 +213,17 @@ class LoadedModel:
         caller_runs = _caller_runs_policy(self.config)
         try:
             for position, info in enumerate(infos):
+                # Triton's: backends log the instance (info level), its core the artifact
+                logger.info("TRITONBACKEND_ModelInstanceInitialize: %s (%s device %d)",
+                            info.name, info.kind_name, info.device_id)
+                if verbose:
+                    logger.debug("Creating instance %s on %s using artifact '%s'", info.name,
+                                 info.kind_name, self.config.default_model_filename)
                 backend_instance = self._backend_model.create_instance(info)
+                if verbose:
+                    logger.debug("TRITONBACKEND_ModelInstanceInitialize: instance "
+                                 "initialization successful %s (device %d)", info.name,
+                                 info.device_id)
                 self._instances.append(ModelInstance(
                     self.name, info, backend_instance, self.stats,
                     decoupled=self.context.decoupled, clock=self._clock,
@@ -240,6 +254,10 @@ class LoadedModel:
         self._scheduler = scheduler
         self._dispatch = dispatch
         dispatch.start(scheduler, cores=cores, device_blocking=blocking)
+        if verbose:
+            for instance in active:
+                logger.debug("Starting backend thread for %s at nice 0 on device %d...",
+                             instance.name, instance.info.device_id)
         with self._inflight_lock:
             self._accepting = True
 
@@ -331,14 +349,21 @@ class LoadedModel:
         self._dispatch = Dispatch(self.name)
 
     def _finalize_all(self, timeout: float = 30.0) -> None:
+        verbose = logger.isEnabledFor(logging.DEBUG)  # Triton's lines at verbose level 1
         for instance in self._instances:
+            if verbose and not instance.info.passive:
+                logger.debug("Stopping backend thread for %s...", instance.name)
             instance.finalize(timeout)
+            if verbose:
+                logger.debug("TRITONBACKEND_ModelInstanceFinalize: delete instance state")
         self._instances.clear()
         if self._backend_model is not None:
             try:
                 self._backend_model.finalize()
             except Exception:
                 logger.exception("finalize of model %s v%d failed", self.name, self.version)
+            if verbose:
+                logger.debug("TRITONBACKEND_ModelFinalize: delete model state")
             self._backend_model = self._health = self._contributor = self._readiness = None
 
     # -- requests ----------------------------------------------------------------------
@@ -377,6 +402,9 @@ class LoadedModel:
             return self._answer_refusal(request, refusal, raise_on_error, callback)
         except ValueError as exc:  # e.g. a reshape numpy cannot do
             raise InvalidArgumentError(f"invalid input for model '{self.name}': {exc}") from exc
+        if logger.isEnabledFor(logging.DEBUG):  # Triton's request states at verbose 1
+            log_state(request, "INITIALIZED", "INITIALIZED")
+            log_state(request, "INITIALIZED", "PENDING")
         key: bytes | None = None
         cached: dict[str, Any] | None = None
         lookup_ns = 0

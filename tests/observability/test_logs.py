@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
+import numpy as np
 import pytest
 
 from infercore import InvalidArgumentError, Server
@@ -102,3 +103,45 @@ def test_server_exposes_log_settings(add_sub_repo):
         assert server.log_settings() == LogSettings().to_dict()
         assert server.update_log_settings(log_verbose_level=2)["log_verbose_level"] == 2
         assert server.log_settings()["log_verbose_level"] == 2
+
+
+def _messages(log: str) -> list[str]:
+    return [line.split('] "', 1)[1].rstrip('"') for line in log.splitlines() if '] "' in line]
+
+
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_loading_running_and_unloading_log_tritons_engine_lines(add_sub_repo, tmp_path,
+                                                                 verbose):
+    log = tmp_path / "server.log"
+    with Server(model_repository=add_sub_repo.path, log_file=str(log),
+                log_verbose=verbose) as server:
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        server.model("add_sub").infer({"INPUT0": x, "INPUT1": x}).result()
+    messages = _messages(log.read_text())
+    info = ["loading: add_sub:1", "TRITONBACKEND_ModelInstanceInitialize: add_sub_0_0 "
+            "(CPU device 0)", "successfully loaded 'add_sub'",
+            "successfully unloaded 'add_sub' version 1"]
+    engine = [m for m in messages if m in info or "TRITONBACKEND" in m or "instance" in m
+              or "Setting state" in m or "backend thread" in m]
+    if not verbose:
+        assert engine == info
+        return
+    assert engine == [
+        "loading: add_sub:1", "TRITONBACKEND_ModelInitialize: add_sub (version 1)",
+        "TRITONBACKEND_ModelInstanceInitialize: add_sub_0_0 (CPU device 0)",
+        "Creating instance add_sub_0_0 on CPU using artifact 'model.py'",
+        "TRITONBACKEND_ModelInstanceInitialize: instance initialization successful "
+        "add_sub_0_0 (device 0)",
+        "Starting backend thread for add_sub_0_0 at nice 0 on device 0...",
+        "successfully loaded 'add_sub'",
+        "[request id: <id_unknown>] Setting state from INITIALIZED to INITIALIZED",
+        "[request id: <id_unknown>] Setting state from INITIALIZED to PENDING",
+        "[request id: <id_unknown>] Setting state from PENDING to EXECUTING",
+        "model add_sub, instance add_sub_0_0, executing 1 requests",
+        "[request id: <id_unknown>] Setting state from EXECUTING to RELEASED",
+        "TRITONBACKEND_ModelInstanceExecute: model instance name add_sub_0_0 released 1 "
+        "requests",
+        "Stopping backend thread for add_sub_0_0...",
+        "TRITONBACKEND_ModelInstanceFinalize: delete instance state",
+        "TRITONBACKEND_ModelFinalize: delete model state",
+        "successfully unloaded 'add_sub' version 1"]

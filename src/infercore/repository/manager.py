@@ -493,6 +493,7 @@ class RepositoryManager:
         loaded: dict[int, LoadedModel] = {}
         errors: dict[int, str] = {}
         for version in fresh:
+            logger.info("loading: %s:%d", name, version)  # Triton's, as each version starts
             try:
                 loaded[version] = self._loader.load_version(
                     prepared, version, infer=self._infer_from(namespace),
@@ -506,8 +507,8 @@ class RepositoryManager:
         self._catalog.publish(key, versions)
         for version in versions:
             self.states.set(name, version, ModelState.READY, namespace=namespace)
-        for version in loaded:
-            logger.info("successfully loaded '%s' version %d", name, version)
+        for _ in loaded:  # once per version loaded, in Triton's words: no version
+            logger.info("successfully loaded '%s'", name)
         previous_override = record.override
         record.source = source
         record.loaded = current
