@@ -55,7 +55,7 @@ from ._version import __version__
 from .errors import TritonError
 from .memory import limit_arenas, map_large_buffers
 from .options import ModelControlMode, Options, RateLimitMode
-from .repository.states import ModelIndexEntry
+from .repository.states import NOT_LOADED_NO_VERSION, ModelIndexEntry
 from .server import Server, StartupLoadFailed
 from .serving import Frontend, serve_frontend
 from .supervisor import notify_serving
@@ -134,7 +134,9 @@ def model_table(index: Sequence[ModelIndexEntry]) -> str:
     for entry in index:
         if entry.name_only:
             continue  # found but never loaded: Triton's table leaves it out
-        status = entry.state.value if not entry.reason else f"{entry.state.value}: {entry.reason}"
+        status = (entry.reason if entry.reason == NOT_LOADED_NO_VERSION
+                  else f"{entry.state.value}: {entry.reason}" if entry.reason
+                  else entry.state.value)
         rows.append([entry.name, entry.version or "-", status])
     return format_table(["Model", "Version", "Status"], rows)
 
@@ -236,7 +238,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
         except TritonError as exc:
             # the table as the loads left it (Triton's), not after the stop unloaded all
             index = exc.index if isinstance(exc, StartupLoadFailed) else None
-            logger.info("\n%s", model_table(index or server.repository_index()))
+            logger.info("\n%s", model_table(index or server.model_table_index()))
             if index is not None:  # tritonserver's last words stay the last line
                 logger.warning("--exit-on-error=false serves the models that loaded and leaves "
                                "the others UNAVAILABLE with their reasons")
@@ -249,7 +251,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 table_extras, extensions=tuple(server_extensions(server)))
         failure = server.initialization_failure  # logged; serving, neither live nor ready
         if failure is None:
-            logger.info("\n%s", model_table(server.repository_index()))
+            logger.info("\n%s", model_table(server.model_table_index()))
         logger.info("\n%s", options_table(options, table_extras))
         for frontend in frontends:
             if not frontend.starts_after_load:

@@ -91,7 +91,8 @@ class _ServerControl:
 
 class StartupLoadFailed(InternalError):
     """A startup load failed with ``exit_on_error``: the server stopped. ``index`` is the
-    repository index as the loads left it, before the stop unloaded every model."""
+    repository index as the loads left it, before the stop unloaded every model, as the
+    model table reads it (``Server.model_table_index``)."""
 
     def __init__(self, index: list[ModelIndexEntry]) -> None:
         super().__init__("failed to load all models")  # tritonserver's words
@@ -209,7 +210,7 @@ class Server(HandleEngine, StartStop):
         if failures and self.options.exit_on_error:
             for name, reason in sorted(failures.items()):
                 logger.error("failed to load '%s': %s", name, reason)
-            loaded = self.repository_index()  # as loaded: the stop unloads them all
+            loaded = self.model_table_index()  # as loaded: the stop unloads them all
             self.stop()
             raise StartupLoadFailed(loaded)
         return self
@@ -364,6 +365,12 @@ class Server(HandleEngine, StartStop):
 
     async def arepository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         return self.repository_index(ready_only)
+
+    def model_table_index(self) -> list[ModelIndexEntry]:
+        """The index as Triton's start-up model table reads it: also the models its index
+        leaves out (one whose version policy selected no version, "Not loaded")."""
+        self._require_initialized()
+        return self._manager.index(unlisted=True)
 
     # -- inference -------------------------------------------------------------------------
     def infer(

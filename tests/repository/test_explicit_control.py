@@ -497,3 +497,23 @@ def test_with_namespacing_each_repository_keeps_its_model(two_repos, state):
         # each ensemble runs the step of its own repository
         assert _tag(server, "pipe_one") == 1 and _tag(server, "pipe_two") == 2
 
+
+
+def test_a_model_without_versions_is_left_out_of_the_index_and_shown_not_loaded(repo, state):
+    from infercore.launch import model_table
+
+    add_echo(repo, "m", 1, versions=())  # a config and no version folder
+    add_echo(repo, "other", 2)
+    with _explicit(repo, "other") as server:
+        with pytest.raises(InvalidArgumentError, match="load failed for model 'm': at least "
+                           "one version must be available under the version policy"):
+            server.load("m")
+        assert [e.name for e in server.repository_index()] == ["other"]  # Triton's index
+        table = model_table(server.model_table_index())
+        assert "| m     | -       | Not loaded: No model version was found |" in table
+        assert not server.ready()  # a model that failed to load: not ready (strict)
+        add_echo(repo, "m", 1)  # now with its version
+        server.load("m")
+        assert {(e.name, e.state) for e in server.repository_index()} == {
+            ("m", ModelState.READY), ("other", ModelState.READY)}
+        assert server.ready()

@@ -41,7 +41,7 @@ from .layout import (
     version_dir,
 )
 
-__all__ = ["ModelLoader", "PollFailed", "PreparedModel", "VersionsFailed"]
+__all__ = ["ModelLoader", "NoVersions", "PollFailed", "PreparedModel", "VersionsFailed"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ class PollFailed(Exception):
     def __init__(self, error: TritonError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+class NoVersions(InvalidArgumentError):
+    """The version policy selects no version folder: Triton fails the load, shows the
+    model "Not loaded" in its table and leaves it out of its index."""
 
 
 class VersionsFailed(Exception):
@@ -198,7 +203,7 @@ class ModelLoader:
             raise PollFailed(exc) from exc
         versions, missing = select_versions(available, config.version_policy, model_name=name)
         if not versions:
-            raise InvalidArgumentError(no_version_reason(name))
+            raise NoVersions(no_version_reason(name))
         try:  # Triton checks the instance groups as each version loads (TritonModel::Create)
             model_config.validate_instance_groups(config, gpu_count=gpus)
         except TritonError as exc:

@@ -80,9 +80,9 @@ from .layout import (
     find_models,
     snapshot_model,
 )
-from .loader import ModelLoader, PollFailed, PreparedModel, VersionsFailed
+from .loader import ModelLoader, NoVersions, PollFailed, PreparedModel, VersionsFailed
 from .overrides import OverrideDirectory
-from .states import ModelIndexEntry, ModelState, StateTable
+from .states import NOT_LOADED_NO_VERSION, ModelIndexEntry, ModelState, StateTable
 
 __all__ = ["ModelKey", "RepositoryManager"]
 
@@ -163,9 +163,12 @@ class RepositoryManager:
         self.states = StateTable()
 
     # -- lookups -------------------------------------------------------------------------
-    def index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
+    def index(self, ready_only: bool = False, *, unlisted: bool = False
+              ) -> list[ModelIndexEntry]:
         """Every model folder of the repositories (read now), with the state and reason
-        of each version; models never loaded appear by name alone."""
+        of each version; models never loaded appear by name alone. A model whose version
+        policy selected no version is left out, as Triton's index leaves it out, unless
+        ``unlisted`` (its model table shows it)."""
         rows = self.states.index()
         try:
             found = find_models(self._repositories, self._mappings)
@@ -190,7 +193,8 @@ class RepositoryManager:
                 if (namespace, name) not in recorded:
                     entries.append(ModelIndexEntry(name, "", ModelState.UNKNOWN, "",
                                                    name_only=True, namespace=namespace))
-        entries = [self._with_health(e) for e in entries]
+        entries = [self._with_health(e) for e in entries
+                   if unlisted or e.reason != NOT_LOADED_NO_VERSION]
         if ready_only:
             entries = [e for e in entries if e.state is ModelState.READY]
         entries.sort(key=lambda e: (e.name, e.namespace, int(e.version or -1)))
@@ -473,6 +477,9 @@ class RepositoryManager:
                 logger.error("failed to load '%s' version %d: %s", name, version, reason)
             return self._discard(key, list(exc.versions), live, {},
                                  dict.fromkeys(exc.versions, reason), override)
+        except NoVersions as exc:
+            self._catalog.remember([name])
+            return self._refuse(key, live, exc.message, override, no_versions=True)
         except TritonError as exc:
             self._catalog.remember([name])
             return self._refuse(key, live, exc.message, override)
@@ -556,10 +563,14 @@ class RepositoryManager:
         return candidates.pop() if len(candidates) == 1 else None
 
     def _refuse(self, key: ModelKey, live: Mapping[int, LoadedModel], message: str,
-                override: OverrideDirectory | None) -> str:
-        """Record a load that failed before any version loaded."""
+                override: OverrideDirectory | None, *, no_versions: bool = False) -> str:
+        """Record a load that failed before any version loaded. ``no_versions``: the
+        version policy selected none (Triton's words, and its index leaves it out)."""
         namespace, name = key
-        logger.error("failed to load '%s': %s", name, message)
+        if no_versions:
+            logger.error("failed to load model '%s': %s", name, message)
+        else:
+            logger.error("failed to load '%s': %s", name, message)
         if live:
             for version in live:
                 # as Triton: the serving version stays READY, the reason only logged
@@ -567,7 +578,9 @@ class RepositoryManager:
         else:
             for version in self.states.versions(name, namespace=namespace):
                 self.states.remove(name, version, namespace=namespace)
-            self.states.set(name, -1, ModelState.UNAVAILABLE, message, namespace=namespace)
+            self.states.set(name, -1, ModelState.UNAVAILABLE,
+                            NOT_LOADED_NO_VERSION if no_versions else message,
+                            namespace=namespace)
         if override is not None:
             override.remove()
         return message

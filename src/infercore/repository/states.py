@@ -31,7 +31,11 @@ import enum
 import threading
 from dataclasses import dataclass
 
-__all__ = ["ModelIndexEntry", "ModelState", "StateTable"]
+__all__ = ["NOT_LOADED_NO_VERSION", "ModelIndexEntry", "ModelState", "StateTable"]
+
+# The reason of a model whose version policy selected no version: Triton's model table
+# shows it as such, and its repository index leaves the model out.
+NOT_LOADED_NO_VERSION = "Not loaded: No model version was found"
 
 
 class ModelState(str, enum.Enum):

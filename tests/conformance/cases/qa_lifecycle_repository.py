@@ -57,3 +57,41 @@ SUITES = [
           ["--exit-on-error=false", "--strict-readiness=false", f"--log-file={_LOG}"],
           _CASES),
 ]
+
+# A model folder with a config and no version folder: Triton 2.51 logs the load's failure
+# and the model table says "Not loaded", but the index does not list the model at all.
+_NO_VERSIONS = Model("no_versions", add_sub("no_versions").config, {"README": "no versions"})
+_NO_VERSIONS_LOG = "{tmp}/no_versions.log"
+
+
+def _no_versions_lines(contains: str) -> LogFile:
+    return LogFile(_NO_VERSIONS_LOG, contains, messages=True)
+
+
+_NO_VERSIONS_CASES = [
+    Case("index", [Http("POST", "/v2/repository/index", json={}), Grpc("RepositoryIndex")]),
+    Case("requests", [Http("GET", "/v2/models/no_versions/ready"),
+                      Http("GET", "/v2/models/no_versions"), _infer("no_versions"),
+                      _infer("simple")]),
+    Case("logged", [_no_versions_lines("no_versions")]),
+]
+
+SUITES += [
+    Suite("qa_lifecycle_no_versions", "lifecycle", [add_sub(), _NO_VERSIONS],
+          ["--exit-on-error=false", "--strict-readiness=false",
+           f"--log-file={_NO_VERSIONS_LOG}"], _NO_VERSIONS_CASES),
+    Suite("qa_lifecycle_no_versions_exits", "lifecycle", [add_sub(), _NO_VERSIONS],
+          startup=True),
+    Suite("qa_lifecycle_no_versions_explicit", "lifecycle", [add_sub(), _NO_VERSIONS],
+          ["--model-control-mode=explicit", "--load-model=simple",
+           f"--log-file={_NO_VERSIONS_LOG}"], [
+              Case("load", [Http("POST", "/v2/repository/models/no_versions/load", json={}),
+                            Grpc("RepositoryModelLoad", {"model_name": "no_versions"})]),
+              *_NO_VERSIONS_CASES]),
+]
+SUITES.append(
+    # strict readiness: is a server whose one model has no versions ready?
+    Suite("qa_lifecycle_no_versions_strict", "lifecycle", [add_sub(), _NO_VERSIONS],
+          ["--exit-on-error=false"], [Case("health", [
+              Http("GET", "/v2/health/ready"), Http("GET", "/v2/health/live")])],
+          wait_ready=False))
