@@ -57,7 +57,7 @@ from .memory import limit_arenas, map_large_buffers
 from .options import ModelControlMode, Options, RateLimitMode
 from .repository.states import NOT_LOADED_NO_VERSION, ModelIndexEntry
 from .server import Server, StartupLoadFailed
-from .serving import Frontend, serve_frontend
+from .serving import Frontend, PortInUseError, serve_frontend
 from .supervisor import notify_serving
 
 __all__ = ["TABLE_WIDTH", "ServeExtras", "StopSignals", "format_table", "model_table",
@@ -219,14 +219,17 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
             logger.warning("%s", note)
         frontends = [frontend for module in (frontend_modules if args is not None else ())
                      if (frontend := module.from_args(server, args)) is not None]
-        try:
-            for frontend in frontends:
-                if not frontend.starts_after_load:
-                    _serve_frontend(server, frontend)
-        except TritonError as exc:
-            logger.error("failed to start a frontend: %s", exc.message)
-            server.stop(0.0)  # nothing loaded yet; closes the trace and log files
-            return 1
+        # in tritonserver's order: gRPC, HTTP, SageMaker, metrics (Vertex AI after the loads)
+        for frontend in sorted(frontends,
+                               key=lambda f: _START_ORDER.get(f.kind, len(_START_ORDER))):
+            if frontend.starts_after_load:
+                continue
+            try:
+                _serve_frontend(server, frontend)
+            except TritonError as exc:
+                _report_start_failure(frontend, exc)
+                server.stop(0.0)  # nothing loaded yet; closes the trace and log files
+                return 1
         try:
             if not _start_unless_stopped(server, signals):
                 # The loads run user code that cannot be interrupted: the process ends now
@@ -260,9 +263,7 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 _serve_frontend(server, frontend)
             except TritonError as exc:
                 server.stop()
-                # tritonserver's last words when an endpoint cannot start
-                logger.error("failed to start %s service: %s - %s", frontend.label,
-                             exc.code_name, exc.message)
+                _report_start_failure(frontend, exc)
                 return 1
         if not signals.requested.is_set():  # a signal as the loads ended: straight to the stop
             if failure is None:
@@ -289,8 +290,26 @@ class _CommandLineFrontend(Frontend, Protocol):
 
 
 def _serve_frontend(server: Server, frontend: _CommandLineFrontend) -> None:
+    # the port the flags name: an HTTP or gRPC frontend knows the one it listens on only
+    # once it listens (its options hold the configured one)
+    options = getattr(frontend, "options", None)
+    port = getattr(options, "port", None)
     serve_frontend(server, frontend.kind, frontend, address=frontend.address,
-                   port=frontend.port)
+                   port=frontend.port if port is None else int(port))
+
+
+_START_ORDER = {"grpc": 0, "http": 1, "sagemaker": 2, "vertex_ai": 3, "metrics": 4}
+# how tritonserver names its endpoints in "failed to start <name> service"
+_SERVICE_NAMES = {"grpc": "GRPC", "http": "HTTP", "metrics": "Metrics"}
+
+
+def _report_start_failure(frontend: _CommandLineFrontend, error: TritonError) -> None:
+    """tritonserver's last words when an endpoint cannot start; a port in use is
+    "Socket '<address>:<port>' already in use " (sic, the trailing space)."""
+    name = _SERVICE_NAMES.get(frontend.kind, frontend.label)
+    message = (f"Socket '{error.socket}' already in use " if isinstance(error, PortInUseError)
+               else error.message)
+    logger.error("failed to start %s service: %s - %s", name, error.code_name, message)
 
 
 def serving_line(ready: int, frontends: Sequence[_CommandLineFrontend]) -> str:

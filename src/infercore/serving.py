@@ -40,6 +40,7 @@ it starts and joins.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import threading
 import time
@@ -51,12 +52,20 @@ from .errors import AlreadyExistsError, InvalidArgumentError, UnavailableError
 if TYPE_CHECKING:
     from .server import Server
 
-__all__ = ["Endpoint", "Frontend", "serve_frontend", "start_endpoint", "stop_endpoints",
-           "stop_in_order"]
+__all__ = ["Endpoint", "Frontend", "PortInUseError", "serve_frontend", "start_endpoint",
+           "stop_endpoints", "stop_in_order"]
 
 _LABELS = {"http": "HTTP", "grpc": "gRPC", "metrics": "metrics"}
 _DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 _WILDCARDS = ("", "0.0.0.0", "::")
+
+
+class PortInUseError(UnavailableError):
+    """An endpoint's address and port are taken; ``socket`` is "address:port"."""
+
+    def __init__(self, message: str, socket: str) -> None:
+        super().__init__(message)
+        self.socket = socket
 
 
 class Frontend(Protocol):
@@ -142,9 +151,12 @@ class Endpoint:
                 raise InvalidArgumentError(
                     f"invalid {self._frontend.label} frontend settings: {exc}") from exc
             if isinstance(exc, OSError):  # the address cannot be bound: in use, ...
-                raise UnavailableError(
-                    f"failed to start the {self._frontend.label} frontend at {self.address}:"
-                    f"{self.port}: {exc.strerror or exc}") from exc
+                where = f"{self.address}:{self._requested_port}"
+                reason = exc.strerror or str(exc)
+                message = f"failed to start the {self._frontend.label} frontend at {where}: "
+                if exc.errno == errno.EADDRINUSE or "already in use" in reason:
+                    raise PortInUseError(message + "address already in use", where) from exc
+                raise UnavailableError(message + reason) from exc
             raise
         with self._lock:
             if self._state == "created":
