@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Case", "Grpc", "GrpcStream", "Http", "LogFile", "Model", "Settled", "Shm", "Step",
-           "TraceFile",
+__all__ = ["Case", "Grpc", "GrpcStream", "Http", "LogFile", "Model", "RepoFile", "Settled",
+           "Shm", "Step", "TraceFile",
            "Suite", "binary_body", "b64", "raw_tensor"]
 
 
@@ -118,12 +118,25 @@ class Shm:
 @dataclass(frozen=True)
 class Settled:
     """``step`` sent again, up to ``timeout_s``, while its answer still contains
-    ``pending``; the answer is the last one. For state a server changes after it answered:
-    Triton's unload returns while the model is still UNLOADING in the index."""
+    ``pending`` (or, with ``until``, does not contain ``until`` yet); the answer is the
+    last one. For state a server changes after it answered: Triton's unload returns while
+    the model is still UNLOADING in the index; a poll finds a change a while after it."""
 
     step: Http | Grpc
     pending: str = "UNLOADING"
     timeout_s: float = 30.0
+    until: str | None = None
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """A change to a file of the run's folder (``{tmp}``; the repository is
+    ``{tmp}/models``): ``write`` ``text`` to ``path`` (folders made as needed) or
+    ``remove`` it (a folder with everything in it). For what a polling server finds."""
+
+    op: str
+    path: str
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,7 +174,7 @@ class TraceFile:
     summary: bool = False
 
 
-Step = Http | Grpc | GrpcStream | Shm | Settled | LogFile | TraceFile
+Step = Http | Grpc | GrpcStream | Shm | Settled | LogFile | TraceFile | RepoFile
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,19 @@ import http.client
 import io
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from .case import Grpc, GrpcStream, Http, LogFile, Settled, Shm, Step, TraceFile
+from .case import Grpc, GrpcStream, Http, LogFile, RepoFile, Settled, Shm, Step, TraceFile
 
 __all__ = ["Endpoint", "run_step"]
 
@@ -98,6 +100,8 @@ def run_step(endpoint: Endpoint, step: Step) -> dict[str, Any]:
         return _log_file(endpoint, step)
     if isinstance(step, TraceFile):
         return _trace_file(endpoint, step)
+    if isinstance(step, RepoFile):
+        return _repo_file(endpoint, step)
     raise TypeError(f"not a step: {step!r}")
 
 
@@ -288,9 +292,28 @@ def _settled(endpoint: Endpoint, step: Settled) -> dict[str, Any]:
     deadline = time.monotonic() + step.timeout_s
     while True:
         answer = run_step(endpoint, step.step)
-        if step.pending not in json.dumps(answer) or time.monotonic() > deadline:
+        text = json.dumps(answer)
+        settled = (step.until in text) if step.until is not None else True
+        if (settled and step.pending not in text) or time.monotonic() > deadline:
             return answer
         time.sleep(SETTLE_POLL_S)
+
+
+def _repo_file(endpoint: Endpoint, step: RepoFile) -> dict[str, Any]:
+    path = Path(endpoint.fill(step.path))
+    if not str(path).startswith(endpoint.tmp):
+        raise ValueError(f"RepoFile {step.path!r} is not under {{tmp}}")
+    if step.op == "write":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(endpoint.fill(step.text))
+        return {"file": "written"}
+    if step.op == "remove":
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        return {"file": "removed"}
+    raise ValueError(f"unknown RepoFile op {step.op!r}")
 
 
 # -- shared memory ---------------------------------------------------------------------------
