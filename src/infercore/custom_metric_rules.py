@@ -1,9 +1,10 @@
 """The rules of custom metrics, as values: kinds, and the checks of names, labels, buckets
 and updates with their error texts.
 
-The registry (custom_metrics.py) applies them to the families it holds; a process-isolated
-model's worker (backends/python/worker_metrics.py) applies the same ones before it sends an
-update, so both raise the same typed errors with the same texts. No state, no threads.
+The registry (observability/custom_metrics.py) applies them to the families it holds; a
+process-isolated model's worker (backends/python/worker/metrics.py) applies the same ones
+before it sends an update, so both raise the same typed errors with the same texts. No
+state, no threads.
 """
 
 from __future__ import annotations

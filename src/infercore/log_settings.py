@@ -1,4 +1,5 @@
-"""Log settings as Triton names, checks and shows them (a value module; logs.py applies them).
+"""Log settings as Triton names, checks and shows them (a value module;
+observability/logs.py applies them).
 
 ``LogSettings`` is the logging extension's JSON (``log_file``, ``log_info``, ...);
 ``changed`` checks a change as the logging APIs receive it. ``LogFormat`` and

@@ -1,10 +1,10 @@
-"""Metrics settings and the families a model contributes (a value module; metrics.py
+"""Metrics settings and the families a model contributes (a value module; observability/metrics.py
 reports them).
 
 ``MetricsSettings`` is what to report: Options' metrics switches and tritonserver's
 ``metrics_configuration`` (``from_configuration`` checks it); ``parse_metrics_config``
 reads ``--metrics-config`` values. ``ModelMetricFamily`` is one family a loaded model adds
-beside Triton's (a model on Ray: ray/metrics.py).
+beside Triton's (a model on Ray: backends/ray/metrics.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _BOOLEAN_KEYS = ("counter_latencies", "summary_latencies", "histogram_latencies"
 
 @dataclass(frozen=True, slots=True)
 class ModelMetricFamily:
-    """A family a loaded model adds beside Triton's (see metrics.py's docstring).
+    """A family a loaded model adds beside Triton's (see observability/metrics.py's docstring).
 
     ``samples`` are (labels, value) pairs; the labels are those beyond ``model`` and
     ``version``, which the server adds. ``kind`` is "counter" or "gauge".

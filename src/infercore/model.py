@@ -594,7 +594,7 @@ class LoadedModel:
         return True if readiness is None else readiness.check_ready()
 
     def metric_families(self) -> tuple[ModelMetricFamily, ...]:
-        """Families this version adds to the metrics beside Triton's (metrics.py)."""
+        """Families this version adds to the metrics beside Triton's (observability/metrics.py)."""
         contributor = self._contributor
         return () if contributor is None else tuple(contributor.metric_families())
 

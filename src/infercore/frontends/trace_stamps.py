@@ -9,8 +9,8 @@ sending it. QA tools (qa/common/trace_summary.py) count a trace only if it has t
 A frontend reads the clock for the receive timestamps only while ``Tracer.active`` (some
 scope may sample), and hands them to the request (``frontend_stamps``) before starting
 it; a request the model samples then has a trace that waits for ``frontend_done``
-(trace_record.py), so the send timestamps still make it into the file. Untraced requests
-cost the frontend one flag read.
+(observability/trace_record.py), so the send timestamps still make it into the file.
+Untraced requests cost the frontend one flag read.
 
 Threads: the frontend's threads (event loop, completion-queue thread, the thread that
 finishes a request); the trace's lock guards what it holds.

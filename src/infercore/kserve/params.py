@@ -3,7 +3,7 @@
 A value goes out as the one field that fits it (bool before int: a bool is an int);
 what comes back is whichever field is set. Both servers' responses and the client's
 requests write them this way; the server's reading of a request's parameters keeps
-Triton's own checks and texts (frontends/grpc_codec.py).
+Triton's own checks and texts (frontends/grpc/codec.py).
 
 Pure functions; no state.
 """

@@ -4,7 +4,8 @@
     metric = infercore.Metric(family, labels={"model": "m"})
     metric.increment(1); metric.value
 
-Python models use the same registry through ``pb_utils.MetricFamily`` (pb_metrics.py).
+Python models use the same registry through ``pb_utils.MetricFamily``
+(backends/python/pb_utils/metrics.py).
 
 As in Triton, custom metrics live in one process-wide registry (Triton's Metrics
 singleton): a family belongs to no server, and every server of the process (and its

@@ -23,7 +23,7 @@ payloads run on another ready Ray instance of the model (``failover``, off for s
 models, whose sequences belong to one instance) or fail with UnavailableError.
 
 Each instance counts what its actors ran, per Ray node (``NodeFigures``): the metrics'
-per-node view (ray/metrics.py). A payload run on another instance's actor (failover)
+per-node view (backends/ray/metrics.py). A payload run on another instance's actor (failover)
 counts for that instance, where it ran.
 
 Threads: ``execute`` runs on the instance's backend thread or an inline caller (one at a

@@ -17,10 +17,10 @@ executions per node an instance ran on (a restarted instance may move), and a pa
 run on another instance's actor (failover) counts for that instance. ``call`` minus
 ``compute_infer`` is what Ray adds: shipping, the call, the result's return.
 
-The server's metrics (metrics.py) call ``RayBackendModel.metric_families`` at scrape time
-through ``LoadedModel.metric_families``; a RayBackendModel reserves ``FAMILY_NAMES`` in the
-custom metrics registry it is handed (``ModelContext.metrics``), so a custom metric family
-cannot take them.
+The server's metrics (observability/metrics.py) call ``RayBackendModel.metric_families`` at
+scrape time through ``LoadedModel.metric_families``; a RayBackendModel reserves
+``FAMILY_NAMES`` in the custom metrics registry it is handed (``ModelContext.metrics``), so a
+custom metric family cannot take them.
 """
 
 from __future__ import annotations

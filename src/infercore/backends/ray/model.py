@@ -13,7 +13,7 @@ failure fails the load, and every actor started is ended by the engine's finaliz
 next to READY while the model serves on the others, next to UNAVAILABLE when ``serving``
 is False (every instance is on Ray and none is ready: the version is reported not ready
 until one is back). ``metric_families`` is the per-instance, per-node view of the metrics
-(ray/metrics.py).
+(backends/ray/metrics.py).
 
 Threads: the loading thread calls ``create_instance``; backend threads call ``pick_other``;
 any thread reads ``health_reason``; the unloading thread calls ``finalize``. ``_lock``
