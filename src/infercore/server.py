@@ -313,6 +313,12 @@ class Server(HandleEngine, StartStop):
     async def alive(self) -> bool:
         return self.live()
 
+    def started_up(self) -> bool:
+        """Live with the startup loads finished, whatever they left (infercore's startup
+        probe, ``/v2/health/startup``: a model that failed does not hold it back, as it
+        holds readiness back)."""
+        return self.live() and self._startup_done
+
     def ready(self) -> bool:
         """Live with the startup loads done, and (strict readiness) every model READY."""
         if not self.live() or not self._startup_done:

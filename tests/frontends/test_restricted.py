@@ -62,6 +62,7 @@ def test_malformed_groups_are_refused_in_tritonservers_words(groups, message):
     ("/v2", "metadata"),
     ("/v2/health/live", "health"),
     ("/v2/health/ready", "health"),
+    ("/v2/health/startup", "health"),
     ("/v2/models/m", "metadata"),
     ("/v2/models/m/versions/2", "metadata"),
     ("/v2/models/m/ready", "health"),

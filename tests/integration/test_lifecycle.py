@@ -202,6 +202,7 @@ def test_live_but_not_ready_while_a_model_loads(tmp_path):
             server.wait_http("/v2/health/live", 200)
             # The load is held by the gate: not ready, whatever the readiness mode.
             assert http_status(server.http_port, "/v2/health/ready") == 400
+            assert http_status(server.http_port, "/v2/health/startup") == 400
             assert http_status(server.http_port, "/v2/models/slow_load/ready") == 400
             assert http_status(server.http_port, "/v2") == 200
             client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -209,6 +210,7 @@ def test_live_but_not_ready_while_a_model_loads(tmp_path):
             client.close()
             gate.touch()
             server.wait_ready()
+            assert http_status(server.http_port, "/v2/health/startup") == 200
             assert http_status(server.http_port, "/v2/models/slow_load/ready") == 200
         finally:
             gate.touch()
@@ -284,6 +286,9 @@ def test_strict_readiness_with_a_model_that_failed_to_load(tmp_path, strict, rea
         server.wait_log("press Ctrl-C to stop")  # the startup loads are over
         assert http_status(server.http_port, "/v2/health/live") == 200
         assert http_status(server.http_port, "/v2/health/ready") == ready
+        # the startup probe: the loads are over, whatever they left
+        assert http_status(server.http_port, "/v2/health/startup") == 200
+        assert http_status(server.http_port, "/v2/health/startup", method="POST") == 405
         assert http_status(server.http_port, "/v2/models/add_sub/ready") == 200
         assert http_status(server.http_port, "/v2/models/broken/ready") == 400
         assert "this model never loads" in server.log()

@@ -61,6 +61,7 @@ _FIXED_PATHS = {
     "/v2": "metadata",
     "/v2/health/live": "health",
     "/v2/health/ready": "health",
+    "/v2/health/startup": "health",
     "/v2/models/stats": "statistics",
     "/v2/logging": "logging",
     "/v2/trace/setting": "trace",

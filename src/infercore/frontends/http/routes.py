@@ -151,6 +151,13 @@ class HttpRouter:
             return _NOT_ALLOWED_TEXT
         return _OK_EMPTY if self._server.live() else _NOT_READY
 
+    def _startup(self, request: HttpRequest) -> HttpResponse:
+        # infercore's own: a Kubernetes startup probe (tritonserver opens its ports only
+        # once its startup loads end, so it needs none)
+        if request.method != "GET":
+            return _NOT_ALLOWED_TEXT
+        return _OK_EMPTY if self._server.started_up() else _NOT_READY
+
     def _ready(self, request: HttpRequest) -> HttpResponse:
         if request.method != "GET":
             return _NOT_ALLOWED_TEXT
@@ -342,6 +349,7 @@ class HttpRouter:
         "/v2": _server_metadata,
         "/v2/health/live": _live,
         "/v2/health/ready": _ready,
+        "/v2/health/startup": _startup,
         "/v2/models/stats": _all_statistics,
         "/v2/logging": _logging,
         "/v2/trace/setting": _global_trace,
