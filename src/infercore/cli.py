@@ -299,6 +299,9 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     group.add_argument("--enable-peer-access", type=boolean, default=True, metavar="BOOL",
                        help="let GPUs reach each other's memory (default true; no effect "
                             "without GPUs)")
+    group.add_argument("--readiness-policy", default="all", metavar="POLICY",
+                       help="infercore's: the models strict readiness waits for: all, any "
+                            "(one READY model) or listed:<model>,<model> (default all)")
 
     for module in _frontend_modules():
         module.add_arguments(serve)
@@ -439,6 +442,7 @@ def _options(args: argparse.Namespace) -> Options:
         model_config_name=args.model_config_name or "",
         exit_on_error=args.exit_on_error,
         strict_readiness=args.strict_readiness,
+        readiness_policy=args.readiness_policy,
         exit_timeout=max(0, args.exit_timeout_secs),
         model_load_thread_count=max(1, args.model_load_thread_count),
         model_load_retry_count=max(0, args.model_load_retry_count),

@@ -121,6 +121,9 @@ class Options:
     model_config_name: str = ""
     exit_on_error: bool = True
     strict_readiness: bool = True
+    # which models strict readiness waits for (--readiness-policy, infercore's own): "all"
+    # (Triton's), "any" (at least one model READY) or "listed:<model>,<model>"
+    readiness_policy: str = "all"
     exit_timeout: int = 30
     model_load_thread_count: int = 4
     # retries of a failed model load before it is reported (--model-load-retry-count)
@@ -180,6 +183,25 @@ class Options:
 
 
 # -- validation ------------------------------------------------------------------------------
+def readiness_models(policy: str) -> tuple[str, ...] | None:
+    """The models a ``listed:`` readiness policy names, or None for "all" and "any"."""
+    kind, _, names = policy.partition(":")
+    return tuple(names.split(",")) if kind == "listed" else None
+
+
+def _readiness_policy(policy: Any) -> str:
+    if not isinstance(policy, str):
+        raise InvalidArgumentError(
+            f"readiness_policy must be a string, got {type(policy).__name__}")
+    kind, colon, names = policy.partition(":")
+    if (kind in ("all", "any") and not colon) or (
+            kind == "listed" and names and all(names.split(","))):
+        return policy
+    raise InvalidArgumentError(
+        f"invalid readiness policy '{policy}': expected all, any or "
+        "listed:<model>[,<model>...]")
+
+
 _BOOLS = ("strict_model_config", "exit_on_error", "strict_readiness", "model_namespacing",
           "log_info", "log_warn", "log_error", "metrics", "gpu_metrics", "cpu_metrics",
           "enable_peer_access")
@@ -213,6 +235,7 @@ def _validate(options: Options) -> None:
     put("rate_limiter_mode", _enum(RateLimitMode, "rate_limiter_mode",
                                    options.rate_limiter_mode))
     put("startup_models", _startup_models(options.startup_models))
+    put("readiness_policy", _readiness_policy(options.readiness_policy))
     poll = _check_number("repository_poll_secs", options.repository_poll_secs, 0.0)
     put("repository_poll_secs", poll)
     # tritonserver takes true/false for --log-verbose as 1/0

@@ -38,7 +38,7 @@ from .model import LoadedModel, ModelEnvironment
 from .observability.logs import LogSettingsManager, log_enabled, log_message
 from .observability.metrics import ServerMetrics
 from .observability.tracing import Tracer
-from .options import ModelControlMode, Options
+from .options import ModelControlMode, Options, readiness_models
 from .rate_limiter import RateLimiter
 from .repository.layout import check_model_name, check_repository
 from .repository.manager import RepositoryManager
@@ -320,7 +320,8 @@ class Server(HandleEngine, StartStop):
         return self.live() and self._startup_done
 
     def ready(self) -> bool:
-        """Live with the startup loads done, and (strict readiness) every model READY."""
+        """Live with the startup loads done, and (strict readiness) the models the readiness
+        policy names READY: every model (Triton's), any one, or the listed ones."""
         if not self.live() or not self._startup_done:
             return False
         if not self.options.strict_readiness:
@@ -328,9 +329,17 @@ class Server(HandleEngine, StartStop):
         # As Triton: a version that is not ready because it was unloaded does not count.
         # (An ensemble unloaded with its step records "unloaded: ..."; the state table, not
         # the repository listing, so health probes do not read the disk.)
-        return all(entry.state is ModelState.READY for entry in self._manager.states.index()
-                   if not entry.reason.startswith("unloaded")) and all(
-            model.serving for model in self._manager.loaded())  # (docs/ray.md: readiness)
+        entries = [entry for entry in self._manager.states.index()
+                   if not entry.reason.startswith("unloaded")]
+        serving = all(model.serving for model in self._manager.loaded())  # (docs/ray.md)
+        policy = self.options.readiness_policy
+        if policy == "any":
+            return any(entry.state is ModelState.READY for entry in entries) and serving
+        listed = readiness_models(policy)
+        if listed is not None:  # each listed model has a READY version
+            ready = {entry.name for entry in entries if entry.state is ModelState.READY}
+            return all(name in ready for name in listed) and serving
+        return all(entry.state is ModelState.READY for entry in entries) and serving
 
     async def aready(self) -> bool:
         return self.ready()
