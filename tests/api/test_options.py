@@ -41,6 +41,7 @@ FLAG_FIELDS = {
     "disable_auto_complete_config": "strict_model_config",
     "strict_model_config": "strict_model_config",
     "strict_readiness": "strict_readiness",
+    "readiness_policy": "readiness_policy",
     "model_control_mode": "model_control_mode",
     "repository_poll_secs": "repository_poll_secs",
     "load_model": "startup_models",
