@@ -24,6 +24,7 @@ from infercore import (
 from infercore.frontends.grpc.codec import OutputSpec, decode_request, parse_version
 from infercore.frontends.grpc.encode import encode_response, serialize_response
 from infercore.frontends.shm import SystemSharedMemory
+from infercore.kserve.tensors import wire_buffer
 from infercore.tensor import RawInput
 
 
@@ -329,3 +330,27 @@ def test_the_direct_serialization_equals_protobufs():
         encode_response(response, out)
         assert serialize_response(response) == out.SerializeToString()
     assert serialize_response(InferResponse("m", 1, "", outputs, {"p": 1})) is None
+
+
+def test_large_and_strided_outputs_serialize_as_protobuf_does():
+    # 1 MiB FP32 (written from the array itself), a transposed view, booleans, float16
+    large = np.arange(262144, dtype=np.float32)
+    outputs = {"L": Tensor.from_numpy(large),
+               "T": Tensor.from_numpy(np.arange(12, dtype=np.int32).reshape(3, 4).T),
+               "B": Tensor.from_numpy(np.array([[True, False]])),
+               "H": Tensor.from_numpy(np.ones((2, 2), np.float16))}
+    response = InferResponse("identity_large", 1, "id", outputs)
+    out = pb.ModelInferResponse()
+    encode_response(response, out)
+    assert serialize_response(response) == out.SerializeToString()
+
+
+def test_a_contiguous_tensor_is_its_own_wire_buffer():
+    large = np.arange(262144, dtype=np.float32)
+    data, size = wire_buffer(large, DataType.FP32)
+    assert data is large and size == 1 << 20  # no copy before the join
+    strided = large[::2]
+    data, size = wire_buffer(strided, DataType.FP32)
+    assert data == strided.tobytes() and size == 1 << 19
+    text = np.array([b"ab", b""], dtype=np.object_)
+    assert wire_buffer(text, DataType.BYTES) == (serialize_bytes_tensor(text), 10)
