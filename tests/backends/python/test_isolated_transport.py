@@ -153,16 +153,31 @@ def test_output_ring_wraps_and_refuses_to_overwrite_unread_chunks(ring):
     chunk = 1024
     sequences = [writer.allocate(chunk) for _ in range(3)]  # 64..3136 of 4096
     assert [offset for _, offset in sequences] == [64, 64 + chunk, 64 + 2 * chunk]
-    assert writer.allocate(chunk) is None  # 3136 + 1024 > 4096 and nothing consumed
     reader.mark_consumed(1)  # the first chunk is free: the ring wraps to its start
     assert writer.allocate(chunk) == (4, RING_HEADER)
     assert writer.allocate(chunk) is None  # wrapped: only the gap before chunk 2 is free
+    assert writer.size == 4096
+
+
+def test_a_ring_full_of_unread_chunks_grows_past_them(ring):
+    # a batch's responses, all written before the server reads any (they come with DONE)
+    writer, reader = ring
+    big = CoreTensor(DataType.FP32, np.arange(512, dtype=np.float32))  # 2 KiB
+    written = [write_outputs(writer, {"OUT": big}) for _ in range(4)]
+    assert [sequence for sequence, _ in written] == [1, 2, 3, 4]  # none inline
+    assert writer.size >= 64 + 4 * 2048
+    for _, descriptors in written:  # every chunk is still there, where it was written
+        assert_same(read_outputs(reader, writer.size, descriptors), {"OUT": big})
+    reader.mark_consumed(4)
+    assert writer.allocate(100) == (5, RING_HEADER)
 
 
 def test_full_ring_sends_outputs_inline(ring):
     writer, reader = ring
-    writer.allocate(2048)  # unread
+    writer.allocate(2048)
     writer.allocate(1024)
+    reader.mark_consumed(1)
+    writer.allocate(1024)  # wrapped to the start: 1 KiB free before chunk 2
     want = {"A": CoreTensor(DataType.INT64, np.arange(200, dtype=np.int64)),
             "S": CoreTensor(DataType.BYTES, np.array([b"x" * 300], dtype=np.object_))}
     sequence, descriptors = write_outputs(writer, want)

@@ -274,7 +274,9 @@ class OutputRing:
         return self._map.mm
 
     def allocate(self, size: int) -> tuple[int, int] | None:
-        """``(sequence, offset)`` of a chunk of ``size`` bytes; None when the ring is full.
+        """``(sequence, offset)`` of a chunk of ``size`` bytes; None when the ring has
+        wrapped and the gap between its newest and oldest unread chunks is too small (the
+        file grows when nothing is unread, or when the unread chunks have not wrapped).
 
         The caller sends the sequence number with the frame that describes the chunk; the
         server stores it in the header once it has copied the chunk out.
@@ -301,7 +303,14 @@ class OutputRing:
                 elif RING_HEADER + size <= oldest_start:
                     start = RING_HEADER
                 else:
-                    return None
+                    # Unread chunks fill it: the responses of one batch, which the server
+                    # reads only once execute returned. The file grows past them, so that
+                    # a batch of large outputs does not travel inline through the socket
+                    # (marshalled, sent, received in pieces, parsed: four copies of it
+                    # with the GIL held, against the server's one copy out of the ring).
+                    needed = newest_end + size
+                    self._map.grow(max(round_up(needed, self._growth), self._map.size * 2))
+                    start = newest_end
             elif newest_end + size <= oldest_start:  # wrapped: room between the two ends
                 start = newest_end
             else:
