@@ -182,3 +182,104 @@ def test_model_file_must_be_python(tmp_path: Path):
         load_model_class(
             tmp_path / "m" / "1" / "model.txt", repository=tmp_path, module_key="m_1"
         )
+
+
+# -- siblings by name, from any thread ---------------------------------------------------------
+THREADED_MODEL = """
+import pickle
+import threading
+import unittest
+
+import helper
+
+
+class Probe(unittest.TestCase):
+    def test_word(self):
+        import helper
+        self.assertEqual(helper.WORD, MINE)
+
+
+MINE = {mine!r}
+
+
+def look():
+    import helper
+    import model
+    from helper import WORD, Thing
+    import deep.inner
+    helper.CALLS.append(1)
+    program = unittest.main("model", argv=["model"], exit=False,
+                            testRunner=unittest.TextTestRunner(stream=__import__("io").StringIO()))
+    return {{"word": WORD, "calls": len(helper.CALLS), "helper": helper.__name__,
+            "model": model.__name__, "same": model.helper is helper,
+            "deep": deep.inner.WORD, "thing": pickle.loads(pickle.dumps(Thing())).word,
+            "tests": (program.result.testsRun, program.result.wasSuccessful())}}
+
+
+def on_a_thread():
+    seen = {{}}
+    thread = threading.Thread(target=lambda: seen.update(look()))
+    thread.start()
+    thread.join(10)
+    return seen
+
+
+class TritonPythonModel:
+    pass
+"""
+
+HELPER = """
+WORD = {word!r}
+CALLS = []
+
+
+class Thing:
+    word = WORD
+"""
+
+
+def _threaded(repo: Path, name: str) -> type:
+    _model(repo, name, THREADED_MODEL.format(mine=name))
+    _write(repo / name / "1" / "helper.py", HELPER.format(word=name))
+    _write(repo / name / "1" / "deep" / "__init__.py", "")
+    _write(repo / name / "1" / "deep" / "inner.py", "from helper import WORD\n")
+    return _load(repo, name)
+
+
+def test_siblings_imported_by_name_from_threads_stay_with_their_model(tmp_path: Path):
+    a, b = _threaded(tmp_path, "a"), _threaded(tmp_path, "b")
+    on_a = sys.modules[a.__module__].on_a_thread
+    on_b = sys.modules[b.__module__].on_a_thread
+    try:
+        seen = [on_a(), on_b(), on_a(), on_b()]
+        expected = {"helper": "helper", "model": "model", "same": True, "tests": (1, True)}
+        for index, (name, calls) in enumerate([("a", 1), ("b", 1), ("a", 2), ("b", 2)]):
+            assert seen[index] == dict(expected, word=name, calls=calls, deep=name,
+                                       thing=name), index
+        # nothing entered sys.modules by a bare name
+        assert not {"helper", "model", "deep", "deep.inner"} & set(sys.modules)
+    finally:
+        unload_model_class(a)
+        unload_model_class(b)
+    assert not [n for n in sys.modules if n.startswith(model_package(a))]
+
+
+def test_a_module_of_the_environment_wins_over_a_sibling_of_its_name(tmp_path: Path):
+    _model(tmp_path, "m", "import json\nimport mine\n\nclass TritonPythonModel:\n"
+                          "    SEEN = (json.__name__, hasattr(json, 'dumps'), mine.V)\n")
+    _write(tmp_path / "m" / "1" / "json.py", "V = 'sibling'\n")
+    _write(tmp_path / "m" / "1" / "mine.py", "V = 'mine'\n")
+    cls = _load(tmp_path, "m")
+    assert cls.SEEN == ("json", True, "mine")  # Triton appends the folders to sys.path
+    unload_model_class(cls)
+
+
+def test_code_outside_models_is_untouched(tmp_path: Path):
+    _model(tmp_path, "m", "class TritonPythonModel:\n    pass\n")
+    _write(tmp_path / "m" / "1" / "only_here.py", "V = 1\n")
+    cls = _load(tmp_path, "m")
+    try:
+        with pytest.raises(ModuleNotFoundError):
+            __import__("only_here")  # this test's own code is no model's
+    finally:
+        unload_model_class(cls)

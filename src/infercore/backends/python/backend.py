@@ -39,7 +39,7 @@ from ..base import InstanceInfo, ModelContext
 from .batch_assembly import BatchAssembly, batch_assembly_from_config, execute_assembled
 from .coroutines import CoroutineLoop
 from .isolation.instances import IsolatedModel, default_execution_mode, isolation_from_config
-from .loader import LAZY_SIBLINGS, load_model_class, model_package, unload_model_class
+from .loader import load_model_class, model_package, unload_model_class
 from .pb_utils.error import python_error_text
 from .pb_utils.metrics import use_metrics_backend
 from .pb_utils.model_config import ModelConfig, config_to_json
@@ -322,9 +322,6 @@ class PythonInstance:
                 payload.mark_compute_output_start()
                 self.fail_all(requests, python_error_text(exc))
                 return
-            finally:
-                if LAZY_SIBLINGS.pending:  # modules it imported by name, from its folders
-                    LAZY_SIBLINGS.forget()
             payload.mark_compute_output_start()
             if self._decoupled:
                 if result is not None:

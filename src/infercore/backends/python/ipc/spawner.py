@@ -139,7 +139,9 @@ class _SpawnedProcess(WorkerProcess):
 def _child_environment() -> dict[str, str]:
     """The server's environment, with infercore importable in the child however it runs."""
     env = dict(os.environ)
-    source = str(Path(__file__).resolve().parents[3])  # the directory holding `infercore`
+    # the directory holding `infercore` (this file is infercore/backends/python/ipc/...);
+    # one level too deep would make infercore's own modules (`model`, `errors`) top-level
+    source = str(Path(__file__).resolve().parents[4])
     existing = env.get("PYTHONPATH")
     env["PYTHONPATH"] = source if not existing else source + os.pathsep + existing
     return env

@@ -108,7 +108,8 @@ def current_scope() -> _Scope | None:
         return scope
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        package = frame.f_globals.get("__name__", "").partition(".")[0]
+        # a model's modules all have its package (their __name__ is Triton's: "utils")
+        package = str(frame.f_globals.get("__package__") or "").partition(".")[0]
         scope = _SCOPES_BY_PACKAGE.get(package)
         if scope is not None:
             return scope
