@@ -125,7 +125,9 @@ def test_isolated_model_calls_models_over_bls_for_a_tritonclient(serve: ServePro
             np.testing.assert_array_equal(result.as_numpy("TOKENS"), [[0, 1, 4, 9, 16]])
         assert result.as_numpy("PID")[0, 0] != serve.process.pid  # it ran in a worker
         with pytest.raises(InferenceServerException,
-                           match="Request for unknown model: 'missing' is not found"):
+                           match="Model missing - Error when running inference: Failed for "
+                                 "execute the inference request. Model 'missing' is not "
+                                 "ready."):
             infer(client, target="missing")
         assert client.is_model_ready("pipeline")
         np.testing.assert_array_equal(infer(client).as_numpy("SUM"), np.full((1, 4), 5))

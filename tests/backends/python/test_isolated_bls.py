@@ -374,7 +374,9 @@ def test_error_response_comes_back_with_its_message(server: Server):
 
 def test_call_to_a_missing_model_fails_clearly(server: Server):
     _, texts, _ = call(server, "exec", target="nope")
-    assert texts == ["Request for unknown model: 'nope' is not found"]
+    # Triton's Python backend words, as in-thread (conformance: bls_single_unknown_model)
+    assert texts == ["Model nope - Error when running inference: Failed for execute the "
+                     "inference request. Model 'nope' is not ready."]
     assert call(server, "exec", target="add_sub")[0] == [3.0] * 4  # still serving
 
 

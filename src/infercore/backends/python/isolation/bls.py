@@ -48,6 +48,7 @@ from ..ipc.protocol import (
     release_block,
     stage_leased,
 )
+from ..pb_utils.request import bls_entry_error
 
 __all__ = ["BlsCalls"]
 
@@ -120,7 +121,7 @@ class BlsCalls:
                 number, response, final))
         except TritonError as exc:  # refused on entry: unknown model, bad input ...
             self._forget(number, request)
-            self._fail(number, exc)
+            self._fail(number, bls_entry_error(model, exc))  # in-thread's words
             return
         except Exception as exc:  # noqa: BLE001 - a bug must not end the event thread
             logger.exception("instance %s: a BLS request failed", self._name)

@@ -577,13 +577,13 @@ class InferenceRequest:
         try:
             return infer(request), None
         except CoreTritonError as exc:  # rejected on entry: unknown model, bad input ...
-            return None, _entry_error(self._model_name, exc)
+            return None, bls_entry_error(self._model_name, exc)
 
     def __repr__(self) -> str:
         return f"InferenceRequest(model={self._model_name!r}, id={self._request_id!r})"
 
 
-def _entry_error(model_name: str, error: CoreTritonError) -> CoreTritonError:
+def bls_entry_error(model_name: str, error: CoreTritonError) -> CoreTritonError:
     """A BLS request refused on entry, in the words of Triton's Python backend: a model
     that is not there is "not ready" (Triton asks for readiness first), and every such
     error names the model it was sent to."""
