@@ -129,7 +129,7 @@ class WorkerUnderTest:
     def last_answer(self) -> list[dict[str, np.ndarray]]:
         """The outputs of each response in the last DONE the worker sent."""
         frames = FrameReader._parse(bytearray(self.answers.last))
-        (_, _, responses), = frames
+        (_, _, responses, _), = frames
         return [{name: tensor.to_numpy() for name, tensor in
                  read_outputs(self._ring_view, response[6], response[5]).items()}
                 for response in responses]

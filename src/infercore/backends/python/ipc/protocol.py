@@ -91,6 +91,7 @@ __all__ = [
     "encode_frame",
     "read_inputs",
     "read_leased",
+    "inline_outputs",
     "read_outputs",
     "release_block",
     "stage_inputs",
@@ -109,8 +110,10 @@ INIT_FAILED = 5  # (INIT_FAILED, error_code, message)
 # response from the data channel only once it has handled that many, so a client that has
 # its response also sees the metric updates and log lines that preceded it.
 RESPONSE = 6
-# (DONE, exec_id, responses): the RESPONSE frames (as tuples) sent during the execute, in
-# order; empty for decoupled models, whose responses travel on the event channel
+# (DONE, exec_id, responses, late): the RESPONSE frames (as tuples) sent during the execute,
+# in order, empty for decoupled models, whose responses travel on the event channel; and
+# the slots of the requests a model that is not decoupled answers after the execute (their
+# RESPONSE frames come on the event channel, outputs inline)
 DONE = 7
 FINALIZED = 8  # (FINALIZED,)
 LOG = 9  # (LOG, level, logger, message, path, line, function, exc_text, extra | None)
@@ -368,6 +371,15 @@ def write_outputs(
                         for name, code, shape, data, _, _ in prepared)
     sequence, start = chunk
     return sequence, _copy_into(ring.buffer(), start, prepared)
+
+
+def inline_outputs(outputs: Mapping[str, CoreTensor]) -> tuple[Descriptor, ...]:
+    """A response's outputs carried in its frame itself (no ring chunk): what
+    ``write_outputs`` does when the ring is full, for a frame on another channel."""
+    if not outputs:
+        return ()
+    prepared, _ = _prepare(outputs, "output", 0)
+    return tuple((name, code, shape, -1, bytes(data)) for name, code, shape, data, _, _ in prepared)
 
 
 def read_outputs(view: ArenaView, size: int, descriptors: tuple[Descriptor, ...]

@@ -119,6 +119,11 @@ class InflightTable:
             self._free_block(entry.block)
         return taken
 
+    def keep(self, slots: tuple[int, ...]) -> list[Inflight]:
+        """The entries of ``slots`` still unanswered (answered later, on the event thread)."""
+        with self._lock:
+            return [entry for entry in map(self._entries.get, slots) if entry is not None]
+
     def settle(self, entries: list[Inflight]) -> bool:
         """The ``execute`` that sent ``entries`` is over: from now on a death fails them.
 

@@ -434,16 +434,16 @@ class WorkerHandle:
         if payload.compute_output_start_ns == 0:
             payload.mark_compute_output_start()
         try:
-            finished = self._take_frames(frames, exec_id)
+            late = self._take_frames(frames, exec_id)
         except Exception as exc:  # noqa: BLE001 - as a failed execute: answer, go on
             # Its later frames, if any, name slots and an execution no longer awaited.
             logger.exception("instance %s: failed to read its worker's answer", self._name)
             fail(self._table.take_back(entries), f"{type(exc).__name__}: {exc}")
-            finished = True
-        if not finished:
+            late = ()
+        if late is None:
             return
         self._on_loop = None
-        self._table.take_back(entries)  # left unanswered: the engine fails them
+        self._settle_answered(entries, late or ())
         try:
             done()  # may send the chain's next payload, which keeps the channel watched
         finally:
@@ -487,19 +487,37 @@ class WorkerHandle:
                 # Its responses arrive with DONE, once execute returned: outputs start now.
                 payload.mark_compute_output_start()
             received = True
-            if self._take_frames(frames, exec_id):
+            late = self._take_frames(frames, exec_id)
+            if late is not None:
                 break
         if self._decoupled:
             payload.mark_compute_output_start()
             if self._table.settle(entries):  # died meanwhile: nobody else fails them now
                 self._table.fail_all(self._crash_error_text())
             return
-        # A request the model left unanswered is failed by the engine; free its block.
+        self._settle_answered(entries, late or ())
+
+    def _settle_answered(self, entries: list[Inflight], late: tuple[int, ...]) -> None:
+        """A non-decoupled payload's DONE came: the requests of the ``late`` slots stay,
+        answered later from the event channel (their engine senders are told so); the
+        engine fails any other left unanswered: their blocks are freed."""
+        kept = self._table.keep(late) if late else []
+        if kept:
+            for entry in kept:
+                sender = entry.request.sender
+                if sender is not None:
+                    sender.answer_later()
+            if self._table.settle(kept):  # died meanwhile: nobody else fails them now
+                self._table.fail_all(self._crash_error_text())
+            kept_ids = {id(entry) for entry in kept}
+            entries = [entry for entry in entries if id(entry) not in kept_ids]
         self._table.take_back(entries)
 
-    def _take_frames(self, frames: list[tuple[Any, ...]], exec_id: int) -> bool:
-        """Deliver the responses among a payload's answer frames; True once its DONE came."""
-        finished = False
+    def _take_frames(self, frames: list[tuple[Any, ...]], exec_id: int
+                     ) -> tuple[int, ...] | None:
+        """Deliver the responses among a payload's answer frames; once its DONE came, the
+        slots it answers later (else None)."""
+        late: tuple[int, ...] | None = None
         for frame in frames:
             if frame[0] == RESPONSE:
                 self._await_events(frame[8])
@@ -508,8 +526,8 @@ class WorkerHandle:
                 for response in frame[2]:
                     self._await_events(response[8])
                     self._deliver(response)
-                finished = True
-        return finished
+                late = tuple(frame[3]) if len(frame) > 3 else ()
+        return late
 
     def _lost(self, entries: list[Inflight], done: Callable[[], None],
               unreachable: Callable[[], None]) -> None:

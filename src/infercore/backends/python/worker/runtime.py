@@ -11,7 +11,9 @@ exactly the pb_utils API, ``initialize`` args and error texts it sees in-thread.
               with the error's code and text
     EXECUTE   wrap the requests, run ``execute``, answer DONE. For a model that is not
               decoupled, the responses sent meanwhile are held and travel inside DONE:
-              one frame, one send, one wake-up of the server
+              one frame, one send, one wake-up of the server. DONE also names the
+              requests whose response sender the model kept to answer after ``execute``
+              returned (as Triton allows); those answers travel as events, outputs inline
     FINALIZE  run ``finalize``, answer FINALIZED; the process then exits
 
 A worker's life: started -> initializing (INIT) -> serving (EXECUTE after EXECUTE) ->
@@ -78,6 +80,7 @@ from ..ipc.protocol import (
     RESPONSE,
     FrameReader,
     encode_frame,
+    inline_outputs,
     read_inputs,
     write_outputs,
 )
@@ -122,16 +125,28 @@ class _Outbox:
         self._response_lock = self._event_lock if decoupled else self._data_lock
         # RESPONSE frames kept back during an execute, to travel inside its DONE
         self._held: list[tuple[Any, ...]] | None = None
+        # slots of that execute's requests the model answers after it returns
+        self._late: list[int] = []
 
     def hold(self) -> None:
         with self._data_lock:
             self._held = []
+            self._late = []
+
+    def answer_later(self, slot: int) -> None:
+        """The model kept the request of ``slot`` (not decoupled) to answer it after its
+        ``execute`` returns: its DONE says so, and its responses go as events."""
+        with self._data_lock:
+            self._late.append(slot)
 
     def release(self, exec_id: int) -> None:
-        """Send the DONE of execution ``exec_id``, with the responses held since ``hold``."""
+        """Send the DONE of execution ``exec_id``, with the responses held since ``hold``
+        and the slots answered later."""
         with self._data_lock:
             held, self._held = self._held, None
-            self._write(self._data, encode_frame((DONE, exec_id, tuple(held or ()))))
+            late, self._late = self._late, []
+            self._write(self._data,
+                        encode_frame((DONE, exec_id, tuple(held or ()), tuple(late))))
 
     def send_data(self, frame: tuple[Any, ...]) -> None:
         raw = encode_frame(frame)
@@ -161,7 +176,16 @@ class _Outbox:
             self._event_writing = False
 
     def respond(self, slot: int, flags: int, parameters: dict[str, Any] | None,
-                error: tuple[int, str] | None, outputs: Mapping[str, CoreTensor]) -> None:
+                error: tuple[int, str] | None, outputs: Mapping[str, CoreTensor],
+                late: bool = False) -> None:
+        if late and not self._decoupled:
+            # An answer after execute (any time from answer_later on): an event, read at
+            # once; its outputs inline, since the ring's chunks are ordered by the data
+            # channel this frame does not travel on.
+            frame = (RESPONSE, slot, flags, parameters, error, inline_outputs(outputs), 0, 0,
+                     0)
+            self._write_event(encode_frame(frame))
+            return
         with self._response_lock:
             sequence, descriptors = write_outputs(self._ring, outputs) if outputs else (0, ())
             frame = (RESPONSE, slot, flags, parameters, error, descriptors, self._ring.size,
@@ -212,13 +236,20 @@ class _WorkerSender:
     reference cycle per request, left to the cyclic garbage collector.
     """
 
-    __slots__ = ("_request", "_request_id", "_slot", "_outbox")
+    __slots__ = ("_request", "_request_id", "_slot", "_outbox", "_late")
 
     def __init__(self, request: _WorkerRequest, slot: int, outbox: _Outbox) -> None:
         self._request: _WorkerRequest | None = request
         self._request_id = request.id
         self._slot = slot
         self._outbox = outbox
+        self._late = False
+
+    def answer_later(self) -> None:
+        """The backend answers this request after its ``execute`` returns (backend.py)."""
+        if not self._late and self._request is not None:
+            self._late = True
+            self._outbox.answer_later(self._slot)
 
     @property
     def closed(self) -> bool:
@@ -253,7 +284,7 @@ class _WorkerSender:
         coded = None if error is None else (int(error.code), error.message)
         try:
             self._outbox.respond(self._slot, flags, dict(parameters) if parameters else None,
-                                 coded, chosen)
+                                 coded, chosen, self._late)
         except TritonError as exc:  # an output that cannot cross (a GPU tensor)
             if final:  # still end the request, with the reason
                 self._outbox.respond(self._slot, flags | FLAG_FAILED, None,
@@ -264,7 +295,7 @@ class _WorkerSender:
         request = self._open_request()
         self._request = None
         request._finish()
-        self._outbox.respond(self._slot, FLAG_FINAL, None, None, {})
+        self._outbox.respond(self._slot, FLAG_FINAL, None, None, {}, self._late)
 
 
 def _refuse_reschedule(request: InferRequest) -> None:
