@@ -87,6 +87,12 @@ SERVER_ONLY: Mapping[str, str] = MappingProxyType({
     "detach_loop": "as attach_loop",
     "tracer": "this process's tracing, which the frontends in it add their timestamps to "
               "(frontends/trace_stamps.py); a remote server's traces are its own",
+    "started_up": "the startup probe of this process's engine (/v2/health/startup); KServe "
+                  "has no such call for a RemoteServer to make",
+    "initialization_failure": "why this process's start left it neither live nor ready; "
+                              "over the network a client sees only 'Server not ready'",
+    "model_table_index": "the start-up model table this process logs (models the index "
+                         "leaves out included); KServe's index is repository_index",
 })
 
 # Public names of RemoteServer that Server lacks: name -> why.

@@ -114,7 +114,7 @@ def test_a_plugin_model_reports_its_health_and_metrics(tmp_path, repo):
         assert not server.model("m").ready()  # not serving: reported not ready
         [entry] = [e for e in server.repository_index() if e.name == "m"]
         assert entry.reason == "the accelerator is resetting"
-        assert 'capable_up{model="m",part="a",version="1"} 0.0' in server.metrics()
+        assert 'capable_up{model="m",part="a",version="1"} 0\n' in server.metrics()
 
 
 def test_capabilities_are_structural_and_default_to_off():
