@@ -150,6 +150,12 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
 
+def _children(server: ServeProcess) -> list[str]:
+    pid = server.process.pid
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return children.read().split()
+
+
 @pytest.fixture(scope="module", params=list(MODES))
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -166,6 +172,8 @@ def server(
     )
     try:
         started.wait_ready()
+        # Process-isolated means the models' instances run in the server's child processes.
+        assert bool(_children(started)) == (request.param == "process"), started.log()
         yield started
     finally:
         started.stop()
