@@ -488,3 +488,12 @@ def test_logger_tags_records_with_the_current_model(caplog, tmp_path: Path):
 def test_get_model_dir_outside_a_model_raises():
     with pytest.raises(pb_utils.TritonModelException):
         pb_utils.get_model_dir()
+
+
+def test_metric_kinds_are_names_of_metric_family_only_as_in_triton():
+    # Triton's stub copies MetricFamily, not its MetricKind enum or the enum's values, into
+    # triton_python_backend_utils: a model writing kind=pb_utils.COUNTER fails its load on
+    # Triton 2.51 with an AttributeError, as here.
+    assert pb_utils.MetricFamily.COUNTER is not pb_utils.MetricFamily.GAUGE
+    for name in ("COUNTER", "GAUGE", "HISTOGRAM", "MetricKind"):
+        assert not hasattr(pb_utils, name), name
