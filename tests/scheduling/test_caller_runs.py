@@ -465,6 +465,81 @@ def test_batcher_rejects_expired_requests_and_still_hands_off_the_callers_one():
     _stop(batcher, thread)
 
 
+UNBATCHED_TIMEOUTS = """
+name: "m"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_FP32, dims: [ -1, -1 ] } ]
+output [ { name: "Y", data_type: TYPE_FP32, dims: [ -1, -1 ] } ]
+dynamic_batching { default_queue_policy { default_timeout_microseconds: 10000000
+  allow_timeout_override: true } }
+"""
+
+
+def _held_by_a_caller() -> tuple:
+    """One instance, held by a caller running its own long request ("long", on a thread
+    of the test's) while an instance thread has formed a payload of "timed" (300 ms queue
+    timeout) and waits for the instance: the BLS case of a model calling a child twice."""
+    clock = ManualClock()
+    started, finish = threading.Event(), threading.Event()
+
+    def during(payload: Payload) -> None:
+        if payload.requests[0].id == "long":
+            started.set()
+            assert finish.wait(WAIT_S)
+
+    backend = Recorder(during)
+    instance = _instance(backend)
+    config = text_format.Parse(UNBATCHED_TIMEOUTS, model_config_pb2.ModelConfig())
+    failed: list[InferRequest] = []
+    batcher = DynamicBatcher(config, 1, clock, failed.append)
+    dispatch = Dispatch("m", [instance], clock=clock)
+    dispatch.start(batcher, threads=False)
+    long, long_stream = _request("long")
+    caller = threading.Thread(target=dispatch.submit, args=(long, Caller.THREAD),
+                              name="bls-caller")
+    caller.start()
+    assert started.wait(WAIT_S)
+    timed, timed_stream = _request("timed", timeout_us=300_000)
+    dispatch.submit(timed, Caller.THREAD)  # the instance is busy: queued
+    thread = _thread_for(dispatch, instance)
+    clock.wait_for_sleepers(1, WAIT_S)  # its payload waits for the instance, on the clock
+    assert not timed_stream.done
+    return (clock, finish, backend, batcher, thread, caller, failed, long_stream, timed,
+            timed_stream)
+
+
+def test_a_payload_waiting_for_a_callers_instance_rejects_a_request_that_times_out():
+    (clock, finish, backend, batcher, thread, caller, failed, long_stream, timed,
+     timed_stream) = _held_by_a_caller()
+    clock.advance(us=300_000)
+    responses = list(timed_stream)  # answered while "long" still runs
+    assert len(responses) == 1 and str(responses[0].error) == "Request timeout expired"
+    assert timed.timed_out and failed == [timed]
+    finish.set()
+    caller.join(WAIT_S)
+    _answered_once(long_stream)
+    after, after_stream = _request("after")  # the instance still serves
+    batcher.enqueue(after)
+    _answered_once(after_stream)
+    assert backend.runs == [("bls-caller", ["long"]), ("instance-thread", ["after"])]
+    _stop(batcher, thread)
+
+
+def test_a_payload_waiting_for_a_callers_instance_runs_a_request_still_in_time():
+    (clock, finish, backend, batcher, thread, caller, failed, long_stream, _,
+     timed_stream) = _held_by_a_caller()
+    clock.advance(us=299_999)
+    clock.wait_for_sleepers(1, WAIT_S)
+    assert not timed_stream.done
+    finish.set()
+    caller.join(WAIT_S)
+    _answered_once(long_stream)
+    _answered_once(timed_stream)
+    assert not failed
+    assert backend.runs == [("bls-caller", ["long"]), ("instance-thread", ["timed"])]
+    _stop(batcher, thread)
+
+
 def test_batcher_cancel_of_a_handed_off_request_answers_it_once():
     backend = Recorder()
     instance = _instance(backend)
