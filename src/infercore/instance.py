@@ -164,11 +164,10 @@ class ModelInstance:
     def release(self) -> None:
         self.busy.release()
         # A waiter counts itself and tries ``busy`` under the lock before it sleeps: it
-        # either sees ``busy`` free or is counted here, and is then woken. All of them: one
-        # whose deadline passed leaves without taking ``busy`` and must not swallow the wake.
+        # either sees ``busy`` free or is counted here, and is then woken.
         if self.waiting:
             with self._freed:
-                self._freed.notify_all()
+                self._freed.notify()
 
     def finish_from_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """``loop`` is being detached (dispatch.detach_loop, on its thread): finish here a
