@@ -9,7 +9,7 @@ unloading thread finalizes it.
 instance is never finalized mid-payload (finalize takes ``busy`` too). A reservation is
 ``busy`` plus the instance's rate-limiter resources; dispatch.py takes both
 (``acquire``/``try_acquire`` are the ``busy`` half; ``acquire`` waits on ``_freed``, on
-the clock it is given, until a deadline if given). ``waiting`` counts threads blocked
+the instance's clock, until a deadline if given). ``waiting`` counts threads blocked
 in ``acquire``: a loop-driven chain ends when one waits. States: serving -> finalizing
 (``inline_allowed`` and ``loop_capable`` cleared: nobody may borrow it) -> finalized.
 
