@@ -8,10 +8,7 @@ earns its place by a measured figure (docs/architecture.md, "Dispatch entry poin
 
 1. The backend-thread loop (``BackendThread``: one per instance, or per device for a
    device-blocking backend): ``next_payload -> grant -> execute -> release`` until the
-   scheduler returns None. Warmup executes its samples the same way (``run``). A payload
-   formed while a caller holds the instance waits for it on the model's clock, and a
-   request of it whose queue timeout passes meanwhile is answered as timed out, never
-   executed (``Payload.expire``), as it would be had it stayed queued.
+   scheduler returns None. Warmup executes its samples the same way (``run``).
 2. The caller runs: ``submit`` with ``Caller.THREAD`` or ``Caller.LOOP`` (the caller says
    what it is, caller.py), or ``run_inline`` for a reader that made no promise and now
    blocks on its stream. The calling thread reserves an idle instance without waiting
@@ -56,7 +53,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .caller import Caller
-from .clock import Clock, MonotonicClock, seconds_until
+from .clock import Clock, seconds_until
 from .instance import ModelInstance, pin_current_thread
 from .rate_limiter import RateLimiter
 from .request import InferRequest
@@ -109,9 +106,8 @@ class Dispatch:
     """Where the payloads of one model version run (see the module doc)."""
 
     def __init__(self, model_name: str, instances: Sequence[ModelInstance] = (),
-                 rate_limiter: RateLimiter = _NO_LIMITS, clock: Clock | None = None) -> None:
+                 rate_limiter: RateLimiter = _NO_LIMITS) -> None:
         self._model_name = model_name
-        self._clock = clock or MonotonicClock()  # the payloads' queue timeouts run on it
         self._limiter = rate_limiter
         # the active instances: a caller may borrow an idle one
         self._active = tuple(i for i in instances if not i.info.passive)
@@ -171,22 +167,14 @@ class Dispatch:
             self.run(instance, payload)
 
     def run(self, instance: ModelInstance, payload: Payload) -> None:
-        """Wait for ``instance`` and its resources, execute ``payload``, release. While
-        the instance is busy (a caller runs its own request there), a request of the
-        payload whose queue timeout passes is answered as timed out and dropped
-        (``Payload.expire``); a payload left empty is not executed."""
+        """Wait for ``instance`` and its resources, execute ``payload``, release."""
         limiter = self._limiter
         limiter.acquire(instance, instance.resources)
+        instance.acquire()
         try:
-            while not instance.acquire(self._clock, payload.next_timeout()):
-                payload.expire()
-                if not payload.requests:
-                    return
-            try:
-                instance.execute(payload)
-            finally:
-                instance.release()
+            instance.execute(payload)
         finally:
+            instance.release()
             limiter.release(instance, instance.resources)
 
     # -- 2: the caller runs ------------------------------------------------------------------

@@ -8,8 +8,7 @@ unloading thread finalizes it.
 ``busy`` keeps an instance to one payload at a time whichever thread runs it, and the
 instance is never finalized mid-payload (finalize takes ``busy`` too). A reservation is
 ``busy`` plus the instance's rate-limiter resources; dispatch.py takes both
-(``acquire``/``try_acquire`` are the ``busy`` half; ``acquire`` waits on ``_freed``, on
-the instance's clock, until a deadline if given). ``waiting`` counts threads blocked
+(``acquire``/``try_acquire`` are the ``busy`` half). ``waiting`` counts threads blocked
 in ``acquire``: a loop-driven chain ends when one waits. States: serving -> finalizing
 (``inline_allowed`` and ``loop_capable`` cleared: nobody may borrow it) -> finalized.
 
@@ -40,7 +39,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .backends.base import BackendInstance, InstanceInfo, LoopInstance
-from .clock import Clock, MonotonicClock
 from .errors import CancelledError, InternalError, InvalidArgumentError, TritonError
 from .payload import Payload
 from .rate_limiter import ResourceAsk
@@ -64,7 +62,6 @@ def log_state(request: InferRequest, old: str, new: str) -> None:
 INLINE_ON_LOOP_MAX_NS = 50_000
 
 _NO_RESOURCES = ResourceAsk(())
-_MONOTONIC = MonotonicClock()
 
 
 CANCEL_GRACE_S = 2.0  # a cancelled decoupled request's time to end by its model
@@ -106,7 +103,6 @@ class ModelInstance:
         # Threads waiting in acquire(); read (without the lock) by runs_on_loop.
         self.waiting = 0
         self._waiting_lock = threading.Lock()
-        self._freed = threading.Condition(self._waiting_lock)  # notified when busy is
         self.execution_count = 0
         # A typical recent execute duration (ns): lets the scheduler judge whether running
         # a payload on an event loop's thread would stall that loop. It follows shorter
@@ -144,30 +140,19 @@ class ModelInstance:
             return False
         if self.inline_allowed:
             return True
-        self.release()
+        self.busy.release()
         return False
 
-    def acquire(self, clock: Clock = _MONOTONIC, deadline_ns: int | None = None) -> bool:
-        """Wait for ``busy`` (a backend thread, warmup), until ``deadline_ns`` on
-        ``clock`` if given; False when that passed first."""
-        with self._freed:
+    def acquire(self) -> None:
+        """Wait for ``busy`` (a backend thread, warmup)."""
+        with self._waiting_lock:
             self.waiting += 1  # an event loop running payloads here lets this thread in
-            try:
-                while not self.busy.acquire(False):
-                    if deadline_ns is not None and clock.now_ns() >= deadline_ns:
-                        return False
-                    clock.wait(self._freed, deadline_ns)
-                return True
-            finally:
-                self.waiting -= 1
+        self.busy.acquire()
+        with self._waiting_lock:
+            self.waiting -= 1
 
     def release(self) -> None:
         self.busy.release()
-        # A waiter counts itself and tries ``busy`` under the lock before it sleeps: it
-        # either sees ``busy`` free or is counted here, and is then woken.
-        if self.waiting:
-            with self._freed:
-                self._freed.notify()
 
     def finish_from_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """``loop`` is being detached (dispatch.detach_loop, on its thread): finish here a
@@ -191,7 +176,7 @@ class ModelInstance:
                              self.model_name)
         finally:
             if acquired:
-                self.release()
+                self.busy.release()
 
     # -- execution ---------------------------------------------------------------------------
     def execute(self, payload: Payload) -> None:

@@ -242,8 +242,7 @@ class LoadedModel:
                     check_load_limit(self._environment.devices,
                                      self._environment.gpu_load_limits, info.device_id,
                                      info.name)
-            dispatch = Dispatch(self.name, self._instances, rate_limiter,
-                                self._environment.clock)
+            dispatch = Dispatch(self.name, self._instances, rate_limiter)
             # Every active instance runs the warmup samples before the model is READY.
             run_warmup(self.name, self.version, samples, self._instances, self._clock,
                        dispatch.run)

@@ -27,9 +27,7 @@ input allows ragged batches) and their batch sizes fit ``max_batch_size``. The l
 prefix of a preferred size (by default ``max_batch_size``) goes at once; a batch of no
 preferred size goes at once only when it cannot grow, else it waits until the oldest
 request has waited ``max_queue_delay_microseconds``, and then everything scanned goes.
-Timed-out requests are rejected or delayed by their level's policy; a batch formed while
-its instance is still busy keeps its requests' REJECT deadlines (``Payload.rejects_at``),
-so one that times out while the batch waits is rejected the same way. With
+Timed-out requests are rejected or delayed by their level's policy. With
 ``preserve_ordering``, responses are released in arrival order.
 
 Payloads driven by an event loop (dispatch.py's loop-driven chain, for a model whose one
@@ -111,8 +109,6 @@ class DynamicBatcher:
         # (batch size, shape key, wake-up ns) of a thread waiting for a batch's deadline
         self._armed: tuple[int, Any, int] | None = None
         self._pending: tuple[int, Any] = (0, None)  # set by _form with a deadline
-        # Set by _form with a batch, read by _payload: when each of its requests times out
-        self._taken_rejects_at: list[int] = []
 
     # -- callers -----------------------------------------------------------------------------
     def enqueue(self, request: InferRequest, *, take: bool = False,
@@ -130,7 +126,6 @@ class DynamicBatcher:
                 # Alone: it is the whole batch (no delay, nothing to wait for or to
                 # expire, an empty level is never full), so it skips the queue.
                 self._number(request)
-                self._taken_rejects_at = []
                 payload = self._payload([request])
                 self._ran_inline += 1
             else:
@@ -322,7 +317,7 @@ class DynamicBatcher:
             return [], [], wake_at if timeout is None else min(wake_at, timeout)
         if must_hold is not None and not any(r is must_hold for r in batch):
             return [], [], None
-        self._taken_rejects_at = self._queue.take(batch)
+        self._queue.take(batch)
         self._armed = None  # a waiter's batch may be gone: the next request signals
         return batch, [], None
 
@@ -351,15 +346,9 @@ class DynamicBatcher:
         )
 
     def _payload(self, batch: list[InferRequest]) -> Payload:
-        """The payload of ``batch``, just formed by ``_form``. Holds _cond."""
         payload = Payload(batch, self._clock.now_ns)
         if self._preserve_ordering:
             payload.on_release = self._release_in_order
-        rejects_at = self._taken_rejects_at
-        if any(rejects_at):  # may time out while it waits for its instance (dispatch.py)
-            payload.rejects_at = rejects_at
-            payload.on_expired = self._reject
-        self._taken_rejects_at = []
         return payload
 
     def _release_in_order(self, requests: list[InferRequest]) -> None:

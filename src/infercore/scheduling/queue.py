@@ -199,30 +199,24 @@ class PriorityQueue:
                 yield request
             yield from level.delayed
 
-    def take(self, requests: list[InferRequest]) -> list[int]:
-        """Remove ``requests``, which must be the first ones in scheduling order; return,
-        for each, the deadline at which it is still to be rejected (ns; 0: none, or its
-        level delays timed-out requests, or it was delayed already)."""
+    def take(self, requests: list[InferRequest]) -> None:
+        """Remove ``requests``, which must be the first ones in scheduling order."""
         order = list(self._order)
         levels = [self._levels[key] for key in order]
-        rejects_at: list[int] = []
         for request in requests:
             for level in levels:
                 if level.pending:
                     if level.pending[0][0] is not request:
                         raise RuntimeError("requests must be taken in scheduling order")
-                    _, deadline = level.pending.popleft()
-                    rejects_at.append(deadline if level.policy.reject_on_timeout else 0)
+                    level.pending.popleft()
                     break
                 if level.delayed:
                     if level.delayed[0] is not request:
                         raise RuntimeError("requests must be taken in scheduling order")
                     level.delayed.popleft()
-                    rejects_at.append(0)
                     break
             else:
                 raise RuntimeError("requests must be taken in scheduling order")
             self._size -= 1
         for key in order:
             self._drop_if_empty(key)
-        return rejects_at
