@@ -266,13 +266,14 @@ def serve(options: Options, args: argparse.Namespace | None = None, *,
                 _report_start_failure(frontend, exc)
                 return 1
         if not signals.requested.is_set():  # a signal as the loads ended: straight to the stop
+            # the supervisor first: once the serving line is out, a crash is one after serving
+            notify_serving()
             if failure is None:
                 ready = sum(1 for e in server.repository_index() if e.state.value == "READY")
                 logger.info("%s", serving_line(ready, frontends))
             else:
                 logger.info("infercore is serving, neither live nor ready (%s: %s); press "
                             "Ctrl-C to stop", failure.code_name, failure.message)
-            notify_serving()
         signals.requested.wait()
         if not shutdown(server, float(options.exit_timeout)):
             # Threads stuck in a model would keep the interpreter from exiting.

@@ -114,12 +114,21 @@ def _supervised(tmp_path, repo: RepositoryBuilder, *flags: str) -> ServeProcess:
                         "--supervise", *flags, metrics=False)
 
 
+def _serving(server: ServeProcess, times: int) -> None:
+    """Until the ``times``-th server process has told its supervisor it serves (it does
+    so before its serving line): ready alone comes a moment earlier, and a crash in
+    between is one "before it served"."""
+    server.wait_until(lambda: server.log().count("press Ctrl-C to stop") >= times,
+                      f"serving line {times} never logged")
+
+
 def test_supervise_restarts_a_server_that_died_on_the_same_ports(tmp_path):
     server = _supervised(tmp_path, _repository(tmp_path))
     try:
-        server.wait_ready()
+        _serving(server, 1)
         assert _infer(server.http_port, 1)[0] in (None, 500)  # the server died with it
         server.wait_log("restarting it (1 of 5 allowed within 60 s)")
+        _serving(server, 2)
         server.wait_ready()  # the same ports, bound again by the new server process
         assert _infer(server.http_port, 2)[0] == 200
         assert server.process.poll() is None  # the supervisor itself never stopped
@@ -132,10 +141,10 @@ def test_supervise_gives_up_past_its_restart_bound(tmp_path):
     server = _supervised(tmp_path, _repository(tmp_path), "--supervise-max-restarts=1",
                          "--supervise-window-secs=600")
     try:
-        server.wait_ready()
+        _serving(server, 1)
         _infer(server.http_port, 1)
         server.wait_log("restarting it (1 of 1 allowed within 600 s)")
-        server.wait_ready()
+        _serving(server, 2)
         _infer(server.http_port, 1)
         assert server.wait_exit(60) == 3  # the child's own status
         assert "1 restarts in the last 600 s, giving up" in server.log()
