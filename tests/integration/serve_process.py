@@ -18,7 +18,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -27,8 +28,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from infercore.testing import free_ports
 
-__all__ = ["GrpcServeProcess", "HttpServeProcess", "ServeOutput", "ServeProcess",
-           "free_port", "free_ports", "http_status", "refuses_connections", "wait_for"]
+__all__ = ["PYTHON_EXECUTION_MODES", "GrpcServeProcess", "HttpServeProcess", "ServeOutput",
+           "ServeProcess", "free_port", "free_ports", "http_status", "refuses_connections",
+           "serving_python_models", "wait_for"]
 
 POLL_SECONDS = 0.05
 
@@ -195,6 +197,37 @@ class ServeProcess:
         code = _terminate(self.process, timeout)
         self._log.close()
         return code
+
+
+# The Python backend's two ways to run a model's instances, as serve flags.
+PYTHON_EXECUTION_MODES: dict[str, tuple[str, ...]] = {
+    "in_thread": (),
+    "process": ("--backend-config=python,execution-mode=process",),
+}
+
+
+def child_pids(server: ServeProcess) -> list[str]:
+    pid = server.process.pid
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return children.read().split()
+
+
+@contextmanager
+def serving_python_models(root: Path, repository: Path, mode: str, *,
+                          ready_timeout: float = 60.0, metrics: bool = False,
+                          grpc: bool = True) -> Iterator[ServeProcess]:
+    """``infercore serve`` on ``repository`` with Python models run in ``mode`` (a key of
+    PYTHON_EXECUTION_MODES), ready, its log under ``root``; stopped on leaving."""
+    started = ServeProcess(root / "server.log", f"--model-repository={repository}",
+                           "--exit-timeout-secs=5", *PYTHON_EXECUTION_MODES[mode],
+                           metrics=metrics, grpc=grpc)
+    try:
+        started.wait_ready(timeout=ready_timeout)
+        # Process-isolated means the models' instances run in the server's child processes.
+        assert bool(child_pids(started)) == (mode == "process"), started.log()
+        yield started
+    finally:
+        started.stop()
 
 
 class HttpServeProcess(ServeProcess):

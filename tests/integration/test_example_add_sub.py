@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from serve_process import ServeProcess
+from serve_process import PYTHON_EXECUTION_MODES, ServeProcess, serving_python_models
 from tritonclient.utils import np_to_triton_dtype
 
 from infercore.testing import RepositoryBuilder
 
-MODES = {"in_thread": (), "process": ("--backend-config=python,execution-mode=process",)}
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 
 MODEL_PY = """
@@ -60,32 +59,15 @@ instance_group [ { kind: KIND_CPU } ]
 """
 
 
-def _children(server: ServeProcess) -> list[str]:
-    pid = server.process.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return children.read().split()
-
-
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=list(PYTHON_EXECUTION_MODES))
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeProcess]:
     root = tmp_path_factory.mktemp(f"add_sub_{request.param}")
     repo = RepositoryBuilder(root / "models")
     repo.add_model("add_sub", config=CONFIG, model_py=MODEL_PY)
-    started = ServeProcess(
-        root / "server.log",
-        f"--model-repository={repo.path}",
-        "--exit-timeout-secs=5",
-        *MODES[request.param],
-    )
-    try:
-        started.wait_ready()
-        # Process-isolated means the models' instances run in the server's child processes.
-        assert bool(_children(started)) == (request.param == "process"), started.log()
+    with serving_python_models(root, repo.path, request.param) as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.mark.parametrize("protocol", list(CLIENTS))

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from serve_process import ServeProcess
+from serve_process import PYTHON_EXECUTION_MODES, ServeProcess, serving_python_models
 from test_example_add_sub import CONFIG as ADD_SUB_CONFIG
 from test_example_add_sub import MODEL_PY as ADD_SUB_PY
 from test_example_pytorch import CONFIG as PYTORCH_CONFIG
@@ -26,7 +26,6 @@ from infercore.testing import RepositoryBuilder
 
 pytest.importorskip("torch")
 
-MODES = {"in_thread": (), "process": ("--backend-config=python,execution-mode=process",)}
 
 SYNC_PY = """
 import json
@@ -94,13 +93,7 @@ instance_group [ {{ kind: KIND_CPU }} ]
 MODEL_NAME_INPUT = ',\n  { name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] }'
 
 
-def _children(server: ServeProcess) -> list[str]:
-    pid = server.process.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return children.read().split()
-
-
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=list(PYTHON_EXECUTION_MODES))
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeProcess]:
@@ -116,20 +109,9 @@ def server(
     repo.add_model(
         "bls_async", config=BLS_CONFIG.format(name="bls_async", model_name=""), model_py=ASYNC_PY
     )
-    started = ServeProcess(
-        root / "server.log",
-        f"--model-repository={repo.path}",
-        "--exit-timeout-secs=5",
-        *MODES[request.param],
-        grpc=False,
-    )
-    try:
-        started.wait_ready(timeout=120)
-        # Process-isolated means the models' instances run in the server's child processes.
-        assert bool(_children(started)) == (request.param == "process"), started.log()
+    with serving_python_models(root, repo.path, request.param, ready_timeout=120,
+                               grpc=False) as started:
         yield started
-    finally:
-        started.stop()
 
 
 def _inputs(shape: list[int], with_model_name: bool) -> tuple[list, np.ndarray, np.ndarray]:

@@ -13,11 +13,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from serve_process import ServeProcess
+from serve_process import PYTHON_EXECUTION_MODES, ServeProcess, serving_python_models
 
 from infercore.testing import RepositoryBuilder
-
-MODES = {"in_thread": (), "process": ("--backend-config=python,execution-mode=process",)}
 
 SOURCE_PY = """
 import triton_python_backend_utils as pb_utils
@@ -77,13 +75,7 @@ CALLER_OUTPUTS = (
 )
 
 
-def _children(server: ServeProcess) -> list[str]:
-    pid = server.process.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return children.read().split()
-
-
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=list(PYTHON_EXECUTION_MODES))
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeProcess]:
@@ -99,20 +91,8 @@ def server(
         config=CONFIG.format(name="bls_error_caller", outputs=CALLER_OUTPUTS),
         model_py=CALLER_PY,
     )
-    started = ServeProcess(
-        root / "server.log",
-        f"--model-repository={repo.path}",
-        "--exit-timeout-secs=5",
-        *MODES[request.param],
-        grpc=False,
-    )
-    try:
-        started.wait_ready()
-        # Process-isolated means the models' instances run in the server's child processes.
-        assert bool(_children(started)) == (request.param == "process"), started.log()
+    with serving_python_models(root, repo.path, request.param, grpc=False) as started:
         yield started
-    finally:
-        started.stop()
 
 
 def _error_code(client: httpclient.InferenceServerClient, send_code: int) -> tuple[int, str]:

@@ -16,12 +16,10 @@ from functools import partial
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from serve_process import ServeProcess
+from serve_process import PYTHON_EXECUTION_MODES, ServeProcess, serving_python_models
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from infercore.testing import RepositoryBuilder
-
-MODES = {"in_thread": (), "process": ("--backend-config=python,execution-mode=process",)}
 
 COMMON_PY = """
 import json
@@ -150,13 +148,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
 
-def _children(server: ServeProcess) -> list[str]:
-    pid = server.process.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return children.read().split()
-
-
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=list(PYTHON_EXECUTION_MODES))
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeProcess]:
@@ -164,19 +156,8 @@ def server(
     repo = RepositoryBuilder(root / "models")
     repo.add_model("repeat_int32", config=REPEAT_CONFIG, model_py=REPEAT_PY)
     repo.add_model("square_int32", config=SQUARE_CONFIG, model_py=SQUARE_PY)
-    started = ServeProcess(
-        root / "server.log",
-        f"--model-repository={repo.path}",
-        "--exit-timeout-secs=5",
-        *MODES[request.param],
-    )
-    try:
-        started.wait_ready()
-        # Process-isolated means the models' instances run in the server's child processes.
-        assert bool(_children(started)) == (request.param == "process"), started.log()
+    with serving_python_models(root, repo.path, request.param) as started:
         yield started
-    finally:
-        started.stop()
 
 
 class UserData:

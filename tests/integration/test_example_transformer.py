@@ -13,13 +13,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from serve_process import ServeProcess
+from serve_process import PYTHON_EXECUTION_MODES, ServeProcess, serving_python_models
 
 from infercore.testing import RepositoryBuilder
 
 pytest.importorskip("torch")
 
-MODES = {"in_thread": (), "process": ("--backend-config=python,execution-mode=process",)}
 
 MODEL_PY = """
 import json
@@ -103,33 +102,16 @@ CLASS_NAMES = ["Negative", "Neutral", "Positive"]
 MAX_SEQ_LENGTH = 128
 
 
-def _children(server: ServeProcess) -> list[str]:
-    pid = server.process.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return children.read().split()
-
-
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=list(PYTHON_EXECUTION_MODES))
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeProcess]:
     root = tmp_path_factory.mktemp(f"transformer_{request.param}")
     repo = RepositoryBuilder(root / "models")
     repo.add_model("transformer", config=CONFIG, model_py=MODEL_PY)
-    started = ServeProcess(
-        root / "server.log",
-        f"--model-repository={repo.path}",
-        "--exit-timeout-secs=5",
-        *MODES[request.param],
-        grpc=False,
-    )
-    try:
-        started.wait_ready(timeout=120)
-        # Process-isolated means the models' instances run in the server's child processes.
-        assert bool(_children(started)) == (request.param == "process"), started.log()
+    with serving_python_models(root, repo.path, request.param, ready_timeout=120,
+                               grpc=False) as started:
         yield started
-    finally:
-        started.stop()
 
 
 def encode(text: str, vocab_size: int = 10000) -> tuple[list[int], list[int]]:
