@@ -305,3 +305,14 @@ def test_pb_utils_metrics_without_a_server_say_so():
                                   kind=pb_utils.MetricFamily.COUNTER)
     finally:
         use_metrics_backend(previous)
+
+
+def test_a_registry_sent_to_another_process_arrives_as_that_process_own():
+    # A Ray actor's spec carries the server's registry: the actor's models define their
+    # families in the actor process's registry, never in a copy of the server's state.
+    import pickle
+
+    separate = CustomMetricsRegistry()
+    separate.family(pb_utils.MetricFamily.COUNTER, "sent_along", "a family")
+    assert pickle.loads(pickle.dumps(separate)) is REGISTRY
+    assert pickle.loads(pickle.dumps(REGISTRY)) is REGISTRY

@@ -29,7 +29,7 @@ import bisect
 import math
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import Metric as PromMetric
 from prometheus_client.utils import floatToGoString
@@ -89,6 +89,11 @@ class CustomMetricsRegistry:
         self._lock = threading.Lock()
         self._families: dict[str, _FamilyState] = {}
         self._reserved: set[str] = set()
+
+    def __reduce__(self) -> tuple[Callable[[], CustomMetricsRegistry], tuple[()]]:
+        # Sent to another process (a Ray actor's spec), a registry arrives as that
+        # process's own: a model's metrics live in the process its instances run in.
+        return (_process_registry, ())
 
     def reserve(self, names: Sequence[str]) -> None:
         """Names custom families may not take (the server's own metric families)."""
@@ -168,6 +173,10 @@ def _le(bound: float) -> str:
 
 
 REGISTRY = CustomMetricsRegistry()
+
+
+def _process_registry() -> CustomMetricsRegistry:
+    return REGISTRY
 
 
 def register_reserved_names(names: Sequence[str]) -> None:

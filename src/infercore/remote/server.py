@@ -8,7 +8,7 @@ unload, with errors typed as ``infercore.errors``. Every blocking call has an a-
 async twin.
 
 Threads: callers use it from any thread or event loop. The transport runs on one event
-loop on a thread the server owns (``loop.py``), started on first use; requests cross to
+loop on a thread the server owns (``loop_thread.py``), started on first use; requests cross to
 it with ``call_soon_threadsafe`` and their responses come back through the
 ResponseStream, the engine's one thread<->asyncio bridge. ``_infos``,
 ``_pending_infos``, ``_tasks`` and ``_closing`` are touched on the loop's thread only;

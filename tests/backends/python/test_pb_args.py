@@ -1,4 +1,4 @@
-"""pb_utils arguments converted as Triton's pybind11 bindings convert them (pb_args.py),
+"""pb_utils arguments converted as Triton's pybind11 bindings convert them (pb_utils/args.py),
 the texts of the refusals, and ``exec(decoupled=True)`` returning once the first response
 is in. The outcomes Triton gives are recorded in the qa_python_backend_args suite; these
 tests check what the wire does not show (texts, values kept, the event loop left free).

@@ -1,6 +1,6 @@
-"""The grpcio internals grpc_core.py and grpc_bridge.py rely on, checked by name and by use.
+"""The grpcio internals grpc/core.py and grpc/bridge.py rely on, checked by name and by use.
 
-grpc_core.py drives gRPC core through grpcio's Cython layer (``grpc._cython.cygrpc``),
+grpc/core.py drives gRPC core through grpcio's Cython layer (``grpc._cython.cygrpc``),
 which grpcio does not document as public. pyproject.toml pins the grpcio releases whose
 layer was checked; these tests fail with a message naming what moved when a release
 (or a widened pin) changes it: the installed release outside the pin, a name gone, an

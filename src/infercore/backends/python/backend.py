@@ -4,7 +4,7 @@
     PythonBackend.create_model           imports model.py once per model version; or, for a
                                          model whose instances run in worker processes
                                          (infercore.execution_mode "process"), returns an
-                                         IsolatedModel (isolated.py) and imports nothing
+                                         IsolatedModel (isolation/instances.py) and imports nothing
     PythonModel.create_instance          TritonPythonModel() + initialize(args)
     PythonInstance.execute(payload)      execute(requests) on the instance's backend thread
                                          (execute(batch) for batch-assembly models, in
@@ -172,7 +172,7 @@ class PythonBackend:
         if context.metrics is not None:
             # pb_utils metrics are process-wide (Triton's are): made from now on, at the
             # model's import too, they live in the registry the server handed over. A
-            # worker installed its own (worker_runtime.py) and hands none.
+            # worker installed its own (worker/runtime.py) and hands none.
             use_metrics_backend(context.metrics)
         model_class = load_model_class(
             _model_file(context.config, context.version_dir),

@@ -58,6 +58,7 @@ def create_backend_model(
         repository=str(context.repository),
         backend=backend.name,
         backend_config=tuple(sorted(context.backend_config.items())),
+        metrics=context.metrics,
     )
     return RayBackendModel(backend, context, placements, RayCluster(spec, placements))
 

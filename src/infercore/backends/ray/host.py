@@ -32,10 +32,16 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from ...errors import InternalError, TritonError
-from ...observability.custom_metrics import REGISTRY as CUSTOM_REGISTRY
 from ...payload import Payload
 from ...response import InferResponse, ResponseSender, ResponseStream
-from ..base import BackendInstance, BackendModel, InstanceInfo, ModelContext, get_backend
+from ..base import (
+    BackendInstance,
+    BackendModel,
+    CustomMetrics,
+    InstanceInfo,
+    ModelContext,
+    get_backend,
+)
 from .wire import (
     RemoteError,
     RemoteRequest,
@@ -64,6 +70,9 @@ class HostSpec:
     repository: str
     backend: str
     backend_config: tuple[tuple[str, str], ...]
+    # The server's registry; it arrives in the actor as the actor process's own, so the
+    # models' custom metrics work there but are not on the server's endpoint (docs/ray.md).
+    metrics: CustomMetrics | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +116,7 @@ class InstanceHost:
                 repository=Path(spec.repository),
                 backend_config=dict(spec.backend_config),
                 infer=None,  # no BLS from an actor yet: there is no server here
-                # the actor process's own registry: its models' custom metrics work, but
-                # are not on the server's metrics endpoint (docs/ray.md)
-                metrics=CUSTOM_REGISTRY,
+                metrics=spec.metrics,
             )
             backend = get_backend(spec.backend, dict(spec.backend_config))
             self._model = backend.create_model(context)

@@ -1,6 +1,6 @@
 """Runs grpc_core's loop handlers (``LoopUnary``, ``LoopStream``) on an event loop.
 
-grpc_core.py serves ModelInfer on its completion-queue thread; every other method is a
+grpc/core.py serves ModelInfer on its completion-queue thread; every other method is a
 coroutine taking request bytes and a ``CallContext``. ``LoopBridge`` starts such a
 handler as a task on the frontend's loop and gives it a ``BridgedContext``, the
 ``CallContext`` over one gRPC core call (``invocation_metadata``, ``abort``,

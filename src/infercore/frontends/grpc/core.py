@@ -15,7 +15,7 @@ bytes (each service parses its own messages, so a malformed one is its own statu
   model inline) or later from any thread (an instance thread finishing the request
   starts the send itself). No thread crossing of ours per call.
 - ``LoopUnary`` and ``LoopStream`` (every other method) are coroutines run on the
-  frontend's event loop by the bridge (grpc_bridge.py), with a ``CallContext``: the
+  frontend's event loop by the bridge (grpc/bridge.py), with a ``CallContext``: the
   call's metadata, ``abort``, ``set_compression`` and, for streams, ``write``.
 
 It uses grpcio's Cython layer (``grpc._cython.cygrpc``), the layer under grpc's own
@@ -224,7 +224,7 @@ class CoreServer:
     def __init__(self, channel_args: Sequence[tuple[str, Any]],
                  handlers: Mapping[str, Handler], bridge: Bridge) -> None:
         """``handlers`` by full method name (``/package.Service/Method``); ``bridge``
-        starts a loop handler on the event loop (grpc_bridge.py)."""
+        starts a loop handler on the event loop (grpc/bridge.py)."""
         self._queue = cygrpc.CompletionQueue()
         self._gate = BatchGate()
         self._server = cygrpc.Server(tuple(channel_args), False)

@@ -5,9 +5,9 @@ builds the frontend they ask for. ``GrpcFrontend`` serves one Server over gRPC c
 the ``inference.GRPCInferenceService`` messages from tritonclient, plus
 grpc.health.v1's Check, as tritonserver does.
 
-One transport (grpc_core.py): calls are taken from gRPC core's completion queue on a
+One transport (grpc/core.py): calls are taken from gRPC core's completion queue on a
 thread of its own, which answers ModelInfer there (a ``DirectUnary``); the other methods
-are loop handlers (``LoopUnary``, ``LoopStream``) run on the event loop (grpc_bridge.py).
+are loop handlers (``LoopUnary``, ``LoopStream``) run on the event loop (grpc/bridge.py).
 
 Threads: ``start`` and ``stop`` run on the owner's thread. The frontend owns the thread
 ``infercore-grpc``, running the event loop on which the methods other than ModelInfer

@@ -2,7 +2,7 @@
 
 Two channels of Unix stream sockets join the server and each worker; frames on them are a
 4-byte length and a ``marshal``-encoded tuple whose first item is the frame's kind. Only
-metadata travels in frames: tensor data lies in the worker's shared memory (worker_arena.py)
+metadata travels in frames: tensor data lies in the worker's shared memory (ipc/arena.py)
 and frames carry ``(name, datatype, shape, offset, nbytes)`` descriptors. (marshal is the
 fastest encoder of plain tuples, and both ends run the same interpreter, so its format
 always matches.)
@@ -26,10 +26,10 @@ BYTES tensors cross in their wire form (4-byte lengths and bytes), serialised on
 and parsed on the other; every other datatype is copied once into shared memory and read
 there without a copy (inputs) or copied once out of it (outputs). BLS tensors (requests'
 inputs one way, responses' outputs the other) are copied once into a leased block and
-read there without a copy, for as long as the reader keeps them (worker_arena.py).
+read there without a copy, for as long as the reader keeps them (ipc/arena.py).
 
 Threads: a ``FrameReader`` belongs to the one thread reading its socket; the codec functions
-are pure, apart from the memory they write, which their callers own (see worker_arena.py).
+are pure, apart from the memory they write, which their callers own (see ipc/arena.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The server's side of BLS from a worker: run its requests, send back their responses.
 
-A process-isolated model's BLS calls (worker_bls.py) arrive as BLS_REQUEST frames on the
+A process-isolated model's BLS calls (worker/bls.py) arrive as BLS_REQUEST frames on the
 worker's event channel. For each, the event thread builds an ``InferRequest`` whose inputs
 are views over the worker's leased block in the BLS arena (no copy; the block is released
 when the last view is gone, however long the called model keeps them) and hands it to the

@@ -20,7 +20,7 @@ An instance's states::
                                                      -> failed -> (next execute) restarting
              -> stopped (finalize; from any state, after a restart in progress ends)
 
-A crash fails the requests in flight (isolated_worker.py), then the dead worker's event
+A crash fails the requests in flight (isolation/worker_handle.py), then the dead worker's event
 thread starts a new worker at once, re-running ``initialize``, so the next request usually
 finds it ready. If the new worker fails to start, the instance is ``failed``: each later
 ``execute`` tries one restart itself and fails its payload if that fails too, so a model
@@ -322,7 +322,7 @@ class IsolatedInstance:
                         done: Callable[[], None], unstarted: Callable[[], None]) -> None:
         """``execute`` for an event loop caller (``loop``, the running one): sends the
         payload and returns; ``done`` is called on the loop once it is answered
-        (isolated_worker.py), or ``unstarted`` when no ready worker read it. Raises before
+        (isolation/worker_handle.py), or ``unstarted`` when no ready worker read it. Raises before
         anything was sent (the engine answers)."""
         self._release_retired()
         with self._lock:

@@ -1,7 +1,7 @@
 """The server's side of a worker's custom metrics: the registry objects it holds for them.
 
 A process-isolated model's ``pb_utils.MetricFamily`` and ``Metric`` objects live in its
-worker (worker_metrics.py); each has a twin here, a family or metric of the registry the
+worker (worker/metrics.py); each has a twin here, a family or metric of the registry the
 engine handed to the model (``ModelContext.metrics``, a ``backends.base.CustomMetrics``),
 created, updated, read and dropped by the worker's METRIC frames. So the families appear
 on the metrics endpoint, share names with other models' families, and follow the

@@ -1,13 +1,13 @@
 """The server's side of one worker process: start it, execute over shared memory, see it die.
 
 A ``WorkerHandle`` is one incarnation of an isolated instance's worker; a restart makes a new
-handle (isolated.py). Its states:
+handle (isolation/instances.py). Its states:
 
     starting -> ready -> dead         the process ended unasked (crash, kill, OOM): EOF on
                       -> finalized    a channel; or FINALIZE was answered (or timed out)
 
 Per payload: the executing thread copies each request's inputs into a block of the input
-arena, registers the request in the in-flight table (isolated_inflight.py) and sends one
+arena, registers the request in the in-flight table (isolation/inflight.py) and sends one
 EXECUTE frame. Responses come back as RESPONSE frames naming the request's slot, outputs in
 the output ring (those sent during the execute inside its DONE frame); each is copied out
 and passed to the request's engine ``ResponseSender``.
@@ -26,7 +26,7 @@ Threads:
     payload still in flight from it and finishes it there.
   - the event thread (``infercore-<model>-<instance>-events``) reads the event channel: log
     records, decoupled models' responses as they come, BLS requests (started here, never
-    waited on: isolated_bls.py) and custom metric operations (isolated_metrics.py). EOF
+    waited on: isolation/bls.py) and custom metric operations (isolation/metrics.py). EOF
     there is the worker's death: it fails the requests in flight, cancels its BLS calls,
     drops its metrics and calls ``on_death`` (the instance restarts). It also takes the
     READY_ANSWERs of readiness checks (``start_ready_check``, from any thread) and, at EOF,

@@ -4,7 +4,7 @@ As in Triton's Python backend, a model may load (with a config override and file
 unload and check other models of its server, which must run with
 ``--model-control-mode=explicit`` for loads and unloads. The calls go to the server's
 ``ModelControl`` the model's scope holds: the server's own in-thread, a ``RemoteControl``
-in a worker process (worker_bls.py), so both execution modes answer alike.
+in a worker process (worker/bls.py), so both execution modes answer alike.
 
 Arguments convert as Triton's pybind11 binding converts them (``TypeError`` otherwise);
 the server's refusals come back as ``TritonModelException`` with Triton's texts ("Failed

@@ -15,7 +15,7 @@ can no longer be used. As with Triton's stubs, a failed update says which one fa
 Where families live is this process's ``MetricsBackend``, installed before a model is
 imported: in the server, the registry the engine hands to the model
 (``ModelContext.metrics``, a ``backends.base.CustomMetrics``; the backend installs it);
-in a process-isolated model's worker, a ``MetricsBackend`` (worker_metrics.py) whose
+in a process-isolated model's worker, a ``MetricsBackend`` (worker/metrics.py) whose
 objects forward every operation to the server, with the same rules and error texts.
 Triton's custom metrics are process-wide, so one backend serves every model of the process.
 

@@ -91,7 +91,7 @@ class _Scope:
     version_dir: Path
     instance_name: str = ""
     infer: Callable[[InferRequest], ResponseStream] | None = None
-    control: ModelControl | None = None  # the server's (pb_control.py)
+    control: ModelControl | None = None  # the server's (pb_utils/control.py)
 
 
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
@@ -379,7 +379,7 @@ class InferenceRequest:
     ) -> None:
         # preferred_memory is accepted as Triton does; outputs stay where the called model
         # put them. ``trace`` (the calling request's ``trace()``) traces the call as a child.
-        # Arguments convert as Triton's bindings convert them (pb_args.py): bytes or
+        # Arguments convert as Triton's bindings convert them (pb_utils/args.py): bytes or
         # np.str_ names are str, None where a value is required is a TypeError.
         function = "InferenceRequest.__init__"
         if inputs is None:

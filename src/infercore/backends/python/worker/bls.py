@@ -3,8 +3,8 @@
 As Triton's stubs do, a worker sends the requests its model builds
 (``pb_utils.InferenceRequest(...).exec()``, ``async_exec``, ``exec(decoupled=True)``) to the
 server, which runs them through its own ``infer`` and sends the responses back
-(isolated_bls.py). ``BlsClient.infer`` is the ``infer`` of the worker's ``ModelContext``, so
-pb_request.py drives it exactly as it drives the server's ``infer`` in-thread:
+(isolation/bls.py). ``BlsClient.infer`` is the ``infer`` of the worker's ``ModelContext``, so
+pb_utils/request.py drives it exactly as it drives the server's ``infer`` in-thread:
 
     infer(request)   copy the inputs into a leased block of the BLS arena (the server reads
                      them there without a copy, for as long as the called model keeps
@@ -27,7 +27,7 @@ for its CONTROL_REPLY, which carries the server's error (code and text) or the v
 Threads: model threads call ``infer``, cancel and ``RemoteControl``'s operations; the
 worker's reader thread calls ``deliver`` and ``reply``. ``_lock`` guards ``_calls`` (call
 number -> the stream's sender); RemoteControl's calls wait in a ``PendingCalls``
-(worker_calls.py).
+(worker/calls.py).
 """
 
 from __future__ import annotations

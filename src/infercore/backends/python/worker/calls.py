@@ -1,6 +1,6 @@
 """Calls a worker process makes into the server and waits for.
 
-Custom metrics (worker_metrics.py) and model control (worker_bls.py) send a frame
+Custom metrics (worker/metrics.py) and model control (worker/bls.py) send a frame
 ``(kind, number, *fields)`` and block until the server's reply frame
 ``(reply kind, number, error, value)`` arrives on the worker's reader thread.
 

@@ -1,7 +1,7 @@
 """Entry points of the processes behind process-isolated Python instances.
 
     python -c "...worker_main import main; main()" forkserver FD
-        the fork server (worker_spawner.py): imports what every worker needs, then forks a
+        the fork server (ipc/spawner.py): imports what every worker needs, then forks a
         worker for each SPAWN message received on FD, and reports each worker's exit
     python -c "...worker_main import main; main()" spawn NAME DATA ANSWERS EVENTS INPUT
             OUTPUT BLS
@@ -9,11 +9,11 @@
 
 A worker is ``run_worker``: its six descriptors are the data channel's two sockets, the
 event channel's socket and the input, output and BLS shared memory files
-(worker_runtime.py does the rest).
+(worker/runtime.py does the rest).
 
 Threads: the fork server is single-threaded by design (it forks); its only concurrency is
 SIGCHLD, which wakes its ``select`` through a pipe (``signal.set_wakeup_fd``). A worker's
-threads are described in worker_runtime.py.
+threads are described in worker/runtime.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Inside a worker: pb_utils custom metrics that live in the server's registry.
 
 A process-isolated model's ``pb_utils.MetricFamily`` and ``Metric`` objects are twins of
-objects the server holds for the worker (isolated_metrics.py), so the families appear on
+objects the server holds for the worker (isolation/metrics.py), so the families appear on
 the server's metrics endpoint and are shared by name with the server's other models, as
 in Triton. Every operation is a METRIC frame on the event channel, which the server's event
 thread applies in order:
@@ -21,7 +21,7 @@ the family is gone depends on the server's other holders of the name, which only
 server knows; that is rare, and its errors then match the in-thread mode exactly.
 
 Threads: any model thread creates and updates; the worker's reader thread passes replies
-to ``reply``; the calls waiting for a reply are a ``PendingCalls`` (worker_calls.py).
+to ``reply``; the calls waiting for a reply are a ``PendingCalls`` (worker/calls.py).
 Handles come from ``itertools.count``, whose ``next`` is atomic under the GIL.
 """
 

@@ -24,8 +24,8 @@ Log records (the model's ``pb_utils.Logger`` lines, and any other logging) are f
 the server as LOG frames and logged there under the same logger name. Cancellation needs no
 frame: the server sets a flag byte in the request's input block, which ``is_cancelled``
 reads. BLS calls go to the server as BLS_REQUEST frames and model control (load_model ...)
-as CONTROL frames (worker_bls.py), and pb_utils custom metrics live in the server's
-registry (worker_metrics.py); all travel on the event channel, whose other direction
+as CONTROL frames (worker/bls.py), and pb_utils custom metrics live in the server's
+registry (worker/metrics.py); all travel on the event channel, whose other direction
 brings their answers. A READY_CHECK there runs the model's ``is_ready()`` (readiness.py,
 on a thread of its own) and is answered by a READY_ANSWER.
 
